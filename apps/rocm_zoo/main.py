@@ -1,0 +1,54 @@
+"""rocm_zoo: MONAI Model Zoo bundles behind fast overlays, as a MONAI Label app.
+
+Start:  monailabel start_server --app apps/rocm_zoo --studies <dir> --conf models all
+This file only composes; the engine is the `rocm_zoo` package (lib/rocm_zoo).
+"""
+
+import logging
+import sys
+
+from monailabel.interfaces.app import MONAILabelApp
+
+from rocm_zoo import __version__
+from rocm_zoo.errors import ModelNotFound
+from rocm_zoo.tasks import http_errors
+from rocm_zoo.tasks.zoo import Zoo
+
+logger = logging.getLogger(__name__)
+
+
+class MyApp(MONAILabelApp):
+    def __init__(self, app_dir, studies, conf):
+        self.zoo = Zoo(app_dir, conf)
+        super().__init__(
+            app_dir=app_dir,
+            studies=studies,
+            conf=conf,
+            name="rocm_zoo",
+            description="MONAI Model Zoo bundles with bf16, channels-last and torch.compile overlays (ROCm, CUDA, CPU)",
+            version=__version__,
+        )
+
+    def init_infers(self):
+        return dict(self.zoo.tasks)
+
+    def on_init_complete(self):
+        # Runs once, in the server process, before it answers: batch/train subprocesses never compile.
+        if "monailabel.app" in sys.modules:
+            http_errors.install(sys.modules["monailabel.app"].app)
+        if self.zoo.config.warmup:
+            self.zoo.warm()
+        super().on_init_complete()
+
+    def infer(self, request, datastore=None):
+        model = request.get("model")
+        if model not in self._infers:
+            known = ", ".join(self._infers)
+            why = self.zoo.missing.get(model, f"Known models: {known}")
+            raise ModelNotFound(f"There is no model '{model}'. {why}")
+        return super().infer(request, datastore)
+
+    def info(self):
+        meta = super().info()
+        meta["rocm_zoo"] = self.zoo.info()
+        return meta

@@ -1,0 +1,109 @@
+"""`rocm-zoo`: a thin shell over the package's public functions."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from rocm_zoo.sample import SamplePaths, default_paths, make_samples
+
+    d = default_paths()
+    paths = SamplePaths(
+        studies=Path(args.studies or d.studies), truth=Path(args.truth or d.truth), model_dir=Path(args.model_dir or d.model_dir)
+    )
+    make_samples(paths, size=args.size, spleen10=not args.no_spleen10, train=args.train)
+    print(f"studies: {paths.studies}\ntruth:   {paths.truth}\nbundles: {paths.model_dir}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from rocm_zoo.sample import REPO_ROOT, default_paths
+
+    monailabel = shutil.which("monailabel", path=os.path.dirname(sys.executable)) or shutil.which("monailabel")
+    if not monailabel:
+        print("monailabel is not installed here: pip install 'rocm-zoo[server]'", file=sys.stderr)
+        return 2
+    cmd = [monailabel, "start_server", "--app", str(REPO_ROOT / "apps" / "rocm_zoo"),
+           "--studies", str(args.studies or default_paths().studies), "--host", args.host, "--port", str(args.port),
+           "--conf", "models", args.models]
+    for kv in args.conf or []:
+        cmd += ["--conf", *kv]
+    print(" ".join(cmd), flush=True)
+    os.execv(monailabel, cmd)
+    return 0
+
+
+def _env(args: argparse.Namespace) -> int:
+    from rocm_zoo.backend import describe, detect_backend, env_defaults
+
+    backend = detect_backend(args.device)
+    print(describe(backend))
+    for k, v in env_defaults(backend).items():
+        print(f"export {k}={v}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from rocm_zoo.bench import run_bench
+
+    run_bench(bundle_dir=Path(args.bundle_dir), overlay=Path(args.overlay) if args.overlay else None,
+              out_dir=Path(args.out), runs=args.runs, warmup=args.warmup, device=args.device,
+              compile_modes=args.compile_mode)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rocm-zoo", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("sample", help="write synthetic CT phantoms (NIfTI) and the sample bundles")
+    s.add_argument("--size", choices=["tiny", "full"], default="tiny",
+                   help="tiny: CPU-sized, phantom-trained weights (default); full: real network size, untrained")
+    s.add_argument("--studies", help="datastore folder for the phantoms (default sample-data/studies)")
+    s.add_argument("--truth", help="folder for their truth masks (default sample-data/truth)")
+    s.add_argument("--model-dir", help="where bundles go (default apps/rocm_zoo/model)")
+    s.add_argument("--no-spleen10", action="store_true", help="skip the 512x512x55 spleen_10-shaped phantom")
+    s.add_argument("--train", action="store_true", help="train the tiny DeepEdit weights again (~3 min on 2 cores)")
+    s.set_defaults(func=_sample)
+
+    s = sub.add_parser("serve", help="start the MONAI Label server with the rocm_zoo app")
+    s.add_argument("--studies", help="datastore folder (default sample-data/studies)")
+    s.add_argument("--models", default="all", help="'all' or a comma list of models (default all)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--conf", nargs=2, action="append", metavar=("KEY", "VALUE"), help="more app --conf options")
+    s.set_defaults(func=_serve)
+
+    s = sub.add_parser("env", help="print the detected backend and the environment it wants")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=_env)
+
+    s = sub.add_parser("bench", help="time a bundle's network: fp32 eager baseline vs the overlay, with Dice")
+    s.add_argument("--bundle-dir", required=True, help="the bundle folder (real or sample)")
+    s.add_argument("--overlay", help="overlay file (default apps/rocm_zoo/overlays/<bundle>/inference_rocm.json)")
+    s.add_argument("--out", default="bench-out", help="folder for the JSON record, markdown table and plot")
+    s.add_argument("--runs", type=int, default=20)
+    s.add_argument("--warmup", type=int, default=5)
+    s.add_argument("--device", default="auto")
+    s.add_argument("--compile-mode", action="append", default=None,
+                   help="torch.compile modes to compare, repeatable (default: the overlay's)")
+    s.set_defaults(func=_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose or args.command == "sample" else logging.WARNING,
+                        format="%(asctime)s %(name)s %(message)s")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The app's `--conf` options, parsed once into a frozen dataclass. Unknown keys are an error naming the near miss."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, fields
+
+from rocm_zoo.errors import ConfigError
+from rocm_zoo.registry import select_models
+
+# Keys MONAI Label itself reads from --conf; accepted and left to it.
+MONAILABEL_KEYS = ("server_mode",)
+
+
+def _bool(key: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"--conf {key} takes true or false, not '{value}'")
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    models: tuple[str, ...]
+    device: str = "auto"  # "auto" (GPU if there is one), "cuda", "cuda:1", "cpu"
+    warmup: bool = True  # compile and warm at start-up; off only for debugging
+    image_cache_gb: float = 4.0  # preprocessed images kept on the device between clicks
+
+    @classmethod
+    def from_conf(cls, conf: dict[str, str]) -> AppConfig:
+        known = [f.name for f in fields(cls)]
+        for key in conf:
+            if key not in known and key not in MONAILABEL_KEYS:
+                near = difflib.get_close_matches(key, known, n=1)
+                hint = f" Did you mean '{near[0]}'?" if near else ""
+                raise ConfigError(f"Unknown --conf key '{key}'.{hint} Known keys: {', '.join(known)}")
+        try:
+            cache_gb = float(conf.get("image_cache_gb", cls.image_cache_gb))
+        except ValueError:
+            raise ConfigError(f"--conf image_cache_gb takes a number, not '{conf['image_cache_gb']}'") from None
+        return cls(
+            models=select_models(conf.get("models", "all")),
+            device=conf.get("device", cls.device),
+            warmup=_bool("warmup", conf.get("warmup", "true")),
+            image_cache_gb=cache_gb,
+        )

@@ -1,0 +1,37 @@
+"""Typed errors. Each carries the HTTP status the server answers with, so the web layer maps them in one place."""
+
+
+class RocmZooError(Exception):
+    """Base class; `status` is the HTTP status a request that raised it gets."""
+
+    status = 500
+
+
+class ConfigError(RocmZooError, ValueError):
+    """A `--conf` value or an overlay key that is not understood."""
+
+    status = 400
+
+
+class BundleNotFound(RocmZooError):
+    """A model was asked for whose bundle is not in the model folder."""
+
+    status = 404
+
+
+class InvalidRequest(RocmZooError, ValueError):
+    """A request the task cannot run: bad clicks, unknown label, unreadable image..."""
+
+    status = 422
+
+
+class ImageNotFound(RocmZooError):
+    """The image id is not in the datastore."""
+
+    status = 404
+
+
+class ModelNotFound(RocmZooError):
+    """The request names a model this server does not serve."""
+
+    status = 404

@@ -1,0 +1,117 @@
+"""Read a bundle's own config merged with its rocm_zoo overlay, and apply the overlay's settings to a network.
+
+The overlay (`apps/rocm_zoo/overlays/<bundle>/inference_rocm.json`) is plain MONAI config merged over the bundle's
+config with MONAI's rules (files in order, later keys win, `+key` appends). Its `rocm_overlay` block is the data this
+module reads; its `network` and `evaluator#...` keys wire the same data into the bundle's own
+`python -m monai.bundle run` workflow, so one file serves both the server and the bundle CLI.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from monai.bundle import ConfigParser
+from torch import nn
+
+from rocm_zoo.errors import ConfigError
+from rocm_zoo.gemm_transpose import enable_gemm_transpose
+
+logger = logging.getLogger(__name__)
+
+OVERLAY_FILE = "inference_rocm.json"
+SETTINGS_KEY = "rocm_overlay"
+MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d}
+AMP_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class OverlaySettings:
+    """What the overlay asks for. Defaults are the bundle as shipped: fp32, contiguous, eager."""
+
+    memory_format: str = "contiguous"
+    amp_dtype: str = "float32"
+    compile: bool = False
+    compile_mode: str | None = None  # torch.compile mode: None (default), "max-autotune", ...
+    gemm_transpose: bool = False
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> OverlaySettings:
+        known = [f.name for f in fields(cls)]
+        for key in raw:
+            if key not in known:
+                near = difflib.get_close_matches(key, known, n=1)
+                hint = f" Did you mean '{near[0]}'?" if near else ""
+                raise ConfigError(f"Unknown key '{key}' in the '{SETTINGS_KEY}' overlay block.{hint} Known: {known}")
+        settings = cls(**raw)
+        if settings.memory_format not in MEMORY_FORMATS:
+            raise ConfigError(f"memory_format must be one of {list(MEMORY_FORMATS)}, not '{settings.memory_format}'")
+        if settings.amp_dtype not in AMP_DTYPES:
+            raise ConfigError(f"amp_dtype must be one of {list(AMP_DTYPES)}, not '{settings.amp_dtype}'")
+        return settings
+
+
+BASELINE = OverlaySettings()
+
+
+def overlay_path(overlays_dir: Path, bundle_name: str) -> Path:
+    return Path(overlays_dir) / bundle_name / OVERLAY_FILE
+
+
+@contextmanager
+def bundle_on_path(bundle_dir: Path) -> Iterator[None]:
+    """Bundles import their own `scripts` package by that name, so the bundle root goes first on sys.path, and any
+    `scripts` another bundle imported before is forgotten."""
+    root = str(bundle_dir)
+    for name in [m for m in sys.modules if m == "scripts" or m.startswith("scripts.")]:
+        del sys.modules[name]
+    sys.path.insert(0, root)
+    try:
+        yield
+    finally:
+        sys.path.remove(root)
+
+
+def load_config(bundle_dir: Path, config_rel: str, overlay: Path | None) -> ConfigParser:
+    """The bundle's config, with the overlay merged over it when given. `bundle_root` points at the bundle."""
+    files = [str(Path(bundle_dir) / config_rel)] + ([str(overlay)] if overlay else [])
+    for f in files:
+        if not Path(f).is_file():
+            raise ConfigError(f"Config file {f} does not exist")
+    parser = ConfigParser()
+    parser.read_config(files)
+    parser["bundle_root"] = str(bundle_dir)
+    return parser
+
+
+def read_settings(parser: ConfigParser) -> OverlaySettings:
+    raw = parser.get(SETTINGS_KEY)
+    return BASELINE if raw is None else OverlaySettings.from_dict(dict(raw))
+
+
+def prepare_network(network: nn.Module, settings: OverlaySettings | dict, device: str | torch.device) -> nn.Module:
+    """Move to the device, then apply the layout changes of the overlay (GEMM transpose, memory format).
+
+    Does not compile: compiling is the caller's last step, after weights are loaded (a compiled module's state-dict
+    keys gain an `_orig_mod.` prefix and a non-strict load would silently keep random weights).
+    """
+    if isinstance(settings, dict):  # called from the overlay's `network` expression with the raw block
+        settings = OverlaySettings.from_dict(settings)
+    network = network.to(device)
+    if settings.gemm_transpose:
+        enable_gemm_transpose(network)
+    return network.to(memory_format=MEMORY_FORMATS[settings.memory_format])
+
+
+def load_weights(network: nn.Module, weights: Path) -> None:
+    """Strict load of a bundle's `model.pt` (a state dict, or a dict holding one under "model")."""
+    state = torch.load(weights, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and isinstance(state.get("model"), dict):
+        state = state["model"]
+    network.load_state_dict(state, strict=True)

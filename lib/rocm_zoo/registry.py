@@ -1,0 +1,64 @@
+"""The one registry of bundles and tasks. Importable without torch: it feeds the app, the CLI, /info and the tests."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from rocm_zoo.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class BundleEntry:
+    name: str  # directory name of the Model Zoo bundle, as downloaded
+    config: str  # inference config inside the bundle
+    weights: str  # weights file inside the bundle
+    input_shape: tuple[int, ...]  # exact network input (batch, channels, *spatial) at full size; warmed at start
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    name: str  # MONAI Label model name, as clients see it
+    model: str  # the `--conf models` name that enables it
+    bundle: str
+    kind: str  # MONAI Label infer type: "deepedit" (interactive) or "segmentation" (automatic)
+    interactive: bool  # interactive tasks are warmed before the server answers
+
+
+BUNDLES: dict[str, BundleEntry] = {
+    "spleen_deepedit_annotation": BundleEntry(
+        name="spleen_deepedit_annotation",
+        config="configs/inference.json",
+        weights="models/model.pt",
+        input_shape=(1, 3, 128, 128, 128),
+    ),
+}
+
+TASKS: dict[str, TaskEntry] = {
+    t.name: t
+    for t in (
+        TaskEntry("spleen_deepedit", "spleen_deepedit", "spleen_deepedit_annotation", "deepedit", True),
+        TaskEntry("spleen_deepedit_seg", "spleen_deepedit", "spleen_deepedit_annotation", "segmentation", True),
+    )
+}
+
+MODELS: tuple[str, ...] = tuple(dict.fromkeys(t.model for t in TASKS.values()))
+
+
+def select_models(spec: str) -> tuple[str, ...]:
+    """Parse `--conf models`: "all" or a comma list of model names. Unknown names are an error naming the near miss."""
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise ConfigError(f"--conf models is empty; use 'all' or a comma list of: {', '.join(MODELS)}")
+    if names == ["all"]:
+        return MODELS
+    for n in names:
+        if n not in MODELS:
+            near = difflib.get_close_matches(n, MODELS, n=1)
+            hint = f" Did you mean '{near[0]}'?" if near else ""
+            raise ConfigError(f"Unknown model '{n}' in --conf models.{hint} Known models: all, {', '.join(MODELS)}")
+    return tuple(dict.fromkeys(names))
+
+
+def tasks_of(model: str) -> list[TaskEntry]:
+    return [t for t in TASKS.values() if t.model == model]

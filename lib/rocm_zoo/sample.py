@@ -1,0 +1,77 @@
+"""`rocm-zoo sample`: the sample datastore (synthetic CT phantoms) and the sample bundles.
+
+Studies go to the datastore folder; their truth masks go to a separate folder, so MONAI Label never mistakes them
+for annotations. The tiny DeepEdit weights are the committed, phantom-trained ones (sample-data/weights); `--train`
+makes them again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rocm_zoo import phantom, sample_bundle
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TRAINED_WEIGHTS = REPO_ROOT / "sample-data" / "weights" / f"{sample_bundle.DEEPEDIT}-tiny.pt"
+
+
+@dataclass(frozen=True)
+class SamplePaths:
+    studies: Path
+    truth: Path
+    model_dir: Path
+
+
+def default_paths() -> SamplePaths:
+    return SamplePaths(
+        studies=REPO_ROOT / "sample-data" / "studies",
+        truth=REPO_ROOT / "sample-data" / "truth",
+        model_dir=REPO_ROOT / "apps" / "rocm_zoo" / "model",
+    )
+
+
+def write_studies(paths: SamplePaths, specs: list[phantom.PhantomSpec]) -> list[Path]:
+    paths.studies.mkdir(parents=True, exist_ok=True)
+    paths.truth.mkdir(parents=True, exist_ok=True)
+    written = []
+    for spec in specs:
+        image = paths.studies / f"{spec.name}.nii.gz"
+        if not image.exists():
+            phantom.write_phantom(phantom.make_phantom(spec), image, paths.truth / f"{spec.name}.nii.gz")
+        written.append(image)
+    return written
+
+
+def write_deepedit_bundle(model_dir: Path, size: str, train: bool = False) -> Path:
+    """Writes (or replaces) the sample bundle; an existing real bundle is never overwritten."""
+    bundle = model_dir / sample_bundle.DEEPEDIT
+    meta = bundle / "configs" / "metadata.json"
+    if meta.exists() and "rocm_zoo" not in meta.read_text():
+        raise FileExistsError(f"{bundle} holds a bundle that is not a rocm_zoo sample; not overwriting it")
+    sample_bundle.write_bundle_files(bundle, size)
+    if size == "full":
+        state = sample_bundle.random_weights("full")
+    elif train or not TRAINED_WEIGHTS.exists():
+        from rocm_zoo.sample_train import train_deepedit
+
+        state = train_deepedit(bundle)
+        TRAINED_WEIGHTS.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(state, TRAINED_WEIGHTS)
+    else:
+        state = torch.load(TRAINED_WEIGHTS, map_location="cpu", weights_only=True)
+    sample_bundle.write_weights(bundle, state)
+    return bundle
+
+
+def make_samples(paths: SamplePaths, size: str = "tiny", spleen10: bool = True, train: bool = False) -> None:
+    specs = phantom.test_specs() + ([phantom.SPLEEN10] if spleen10 else [])
+    for image in write_studies(paths, specs):
+        logger.info("study %s", image)
+    logger.info("bundle %s (%s)", write_deepedit_bundle(paths.model_dir, size, train), size)
+

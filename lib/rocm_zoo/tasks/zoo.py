@@ -1,0 +1,75 @@
+"""Composes the app: finds bundles, builds one task per registry entry over a shared pool, warms them."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from rocm_zoo.backend import apply_env_defaults, describe, detect_backend
+from rocm_zoo.config import AppConfig
+from rocm_zoo.errors import BundleNotFound
+from rocm_zoo.image_cache import ImageCache
+from rocm_zoo.overlay import overlay_path
+from rocm_zoo.pool import NetworkPool
+from rocm_zoo.registry import BUNDLES, TaskEntry, tasks_of
+from rocm_zoo.tasks.bundle_task import OverlayBundleTask
+from rocm_zoo.tasks.deepedit import DeepEditTask
+
+logger = logging.getLogger(__name__)
+
+TASK_CLASSES: dict[str, type[OverlayBundleTask]] = {"spleen_deepedit_annotation": DeepEditTask}
+
+HOW_TO_GET_BUNDLES = (
+    "Put the Model Zoo bundle there (e.g. `python -m monai.bundle download {bundle} --bundle_dir {model_dir}` on a "
+    "machine with internet access, then copy the folder), or generate rocm_zoo's sample bundle with "
+    "`rocm-zoo sample --model-dir {model_dir}` (synthetic weights, not a clinical model)."
+)
+
+
+def bundle_missing_message(bundle: str, model_dir: Path) -> str:
+    where = model_dir / bundle
+    return f"Bundle '{bundle}' not found at {where}. " + HOW_TO_GET_BUNDLES.format(bundle=bundle, model_dir=model_dir)
+
+
+class Zoo:
+    def __init__(self, app_dir: Path, conf: dict[str, str]):
+        self.config = AppConfig.from_conf(conf)
+        self.model_dir = Path(app_dir) / "model"
+        self.overlays_dir = Path(app_dir) / "overlays"
+        self.backend = detect_backend(self.config.device)
+        applied = apply_env_defaults(self.backend)
+        logger.info("rocm_zoo: %s", describe(self.backend))
+        if applied:
+            logger.info("rocm_zoo: ROCm environment defaults set: %s", applied)
+        self.pool = NetworkPool()
+        self.image_cache = ImageCache(int(self.config.image_cache_gb * 2**30))
+        self.tasks: dict[str, OverlayBundleTask] = {}
+        self.missing: dict[str, str] = {}
+        for model in self.config.models:
+            for entry in tasks_of(model):
+                self._add(entry)
+        if not self.tasks:
+            raise BundleNotFound("No model could be loaded. " + " ".join(dict.fromkeys(self.missing.values())))
+
+    def _add(self, entry: TaskEntry) -> None:
+        bundle_dir = self.model_dir / entry.bundle
+        if not (bundle_dir / BUNDLES[entry.bundle].config).is_file():
+            self.missing[entry.name] = bundle_missing_message(entry.bundle, self.model_dir)
+            logger.error("rocm_zoo: %s", self.missing[entry.name])
+            return
+        overlay = overlay_path(self.overlays_dir, entry.bundle)
+        cls = TASK_CLASSES[entry.bundle]
+        self.tasks[entry.name] = cls(entry, bundle_dir, overlay, self.pool, self.image_cache, self.backend.device)
+
+    def warm(self) -> None:
+        """Interactive models first: the clinician waiting for a first click matters most."""
+        order = sorted(self.tasks.values(), key=lambda t: not t.entry.interactive)
+        for task in order:
+            start = time.perf_counter()
+            task.warm()
+            logger.info("rocm_zoo: %s warm (%.1f s)", task.entry.name, time.perf_counter() - start)
+
+    def info(self) -> dict[str, Any]:
+        return {"backend": describe(self.backend), "missing": self.missing}
