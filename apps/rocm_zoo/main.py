@@ -5,13 +5,16 @@ This file only composes; the engine is the `rocm_zoo` package (lib/rocm_zoo).
 """
 
 import logging
+import os
 import sys
 
+from monailabel.config import settings
 from monailabel.interfaces.app import MONAILabelApp
 
 from rocm_zoo import __version__
-from rocm_zoo.errors import ModelNotFound
+from rocm_zoo.errors import ImageNotFound, ModelNotFound
 from rocm_zoo.tasks import http_errors
+from rocm_zoo.tasks.datastore import CheckedLocalDatastore
 from rocm_zoo.tasks.zoo import Zoo
 
 logger = logging.getLogger(__name__)
@@ -32,6 +35,16 @@ class MyApp(MONAILabelApp):
     def init_infers(self):
         return dict(self.zoo.tasks)
 
+    def init_datastore(self):
+        if self.studies.startswith(("http://", "https://")):
+            return super().init_datastore()
+        return CheckedLocalDatastore(
+            self.studies,
+            extensions=settings.MONAI_LABEL_DATASTORE_FILE_EXT,
+            auto_reload=settings.MONAI_LABEL_DATASTORE_AUTO_RELOAD,
+            read_only=settings.MONAI_LABEL_DATASTORE_READ_ONLY,
+        )
+
     def on_init_complete(self):
         # Runs once, in the server process, before it answers: batch/train subprocesses never compile.
         if "monailabel.app" in sys.modules:
@@ -46,6 +59,10 @@ class MyApp(MONAILabelApp):
             known = ", ".join(self._infers)
             why = self.zoo.missing.get(model, f"Known models: {known}")
             raise ModelNotFound(f"There is no model '{model}'. {why}")
+        image = request.get("image")
+        store = datastore or self.datastore()
+        if isinstance(image, str) and image and not os.path.exists(image) and not store.get_image_uri(image):
+            raise ImageNotFound(f"Image '{image}' is not in the datastore")
         return super().infer(request, datastore)
 
     def info(self):

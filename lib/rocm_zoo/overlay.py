@@ -14,7 +14,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 from monai.bundle import ConfigParser
@@ -78,9 +78,9 @@ def bundle_on_path(bundle_dir: Path) -> Iterator[None]:
         sys.path.remove(root)
 
 
-def load_config(bundle_dir: Path, config_rel: str, overlay: Path | None) -> ConfigParser:
-    """The bundle's config, with the overlay merged over it when given. `bundle_root` points at the bundle."""
-    files = [str(Path(bundle_dir) / config_rel)] + ([str(overlay)] if overlay else [])
+def load_config(bundle_dir: Path, config_rel: str, overlays: Sequence[Path] = ()) -> ConfigParser:
+    """The bundle's config with the overlays merged over it in order. `bundle_root` points at the bundle."""
+    files = [str(Path(bundle_dir) / config_rel)] + [str(o) for o in overlays]
     for f in files:
         if not Path(f).is_file():
             raise ConfigError(f"Config file {f} does not exist")

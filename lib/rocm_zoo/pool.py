@@ -28,12 +28,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class NetworkSpec:
-    """Where a network comes from. `overlay=None` is the bundle as shipped (the fp32 eager baseline)."""
+    """Where a network comes from: the bundle config with `overlays` merged over it in order. No overlays is the
+    bundle as shipped (the fp32 eager baseline)."""
 
     bundle_dir: Path
     config: str
     weights: str
-    overlay: Path | None
+    overlays: tuple[Path, ...] = ()
     device: str = "auto"
 
 
@@ -119,7 +120,7 @@ class WarmNetwork:
 
 def build_network(spec: NetworkSpec) -> WarmNetwork:
     """Parse config + overlay, load weights strictly, then layout, then compile (in that order, always)."""
-    parser = load_config(spec.bundle_dir, spec.config, spec.overlay)
+    parser = load_config(spec.bundle_dir, spec.config, spec.overlays)
     settings = read_settings(parser)
     backend = detect_backend(
         spec.device, want_bf16=settings.amp_dtype != "float32", want_compile=settings.compile
@@ -151,7 +152,7 @@ class NetworkPool:
 
     @staticmethod
     def _normalised(spec: NetworkSpec) -> NetworkSpec:
-        return NetworkSpec(spec.bundle_dir, spec.config, spec.weights, spec.overlay, normalise_device(spec.device))
+        return NetworkSpec(spec.bundle_dir, spec.config, spec.weights, spec.overlays, normalise_device(spec.device))
 
     def peek(self, spec: NetworkSpec) -> WarmNetwork | None:
         """The network if it is built already; never builds."""

@@ -43,7 +43,7 @@ def simulate_clicks(truth: np.ndarray, rng: np.random.Generator) -> dict[str, li
 def _examples(bundle_dir: Path, work: Path, count: int) -> list[tuple[dict, np.ndarray, torch.Tensor]]:
     """Per training phantom: the image after the bundle's image-only transforms, the truth as stored (for clicks),
     and the truth resized to the network input (the target)."""
-    parser = load_config(bundle_dir, "configs/inference.json", None)
+    parser = load_config(bundle_dir, "configs/inference.json")
     with bundle_on_path(bundle_dir):
         head = Compose(parser.get_parsed_content("preprocessing_transforms"))
     spatial = parser.get_parsed_content("spatial_size")
@@ -63,7 +63,7 @@ def train_deepedit(bundle_dir: Path, steps: int = 400, phantoms: int = 12, seed:
     """Returns the trained state dict of the bundle's network (size as written in its config)."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    parser = load_config(bundle_dir, "configs/inference.json", None)
+    parser = load_config(bundle_dir, "configs/inference.json")
     with bundle_on_path(bundle_dir):
         tail = Compose(parser.get_parsed_content("deepedit_transforms"))
         network = parser.get_parsed_content("network_def", instantiate=True)

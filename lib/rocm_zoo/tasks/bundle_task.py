@@ -37,6 +37,7 @@ from rocm_zoo.image_cache import ImageCache, file_identity
 from rocm_zoo.overlay import load_config
 from rocm_zoo.pool import NetworkPool, NetworkSpec, compiled_graphs
 from rocm_zoo.registry import BUNDLES, TaskEntry
+from rocm_zoo.volume_check import first_line
 
 logger = logging.getLogger(__name__)
 
@@ -59,14 +60,14 @@ class OverlayBundleTask(BundleInferTask):
         self,
         entry: TaskEntry,
         bundle_dir: Path,
-        overlay: Path | None,
+        overlays: tuple[Path, ...],
         pool: NetworkPool,
         image_cache: ImageCache,
         device: str = "auto",
     ):
         self.entry = entry
         self.bundle_entry = BUNDLES[entry.bundle]
-        self.overlay = overlay
+        self.overlays = overlays
         self.pool = pool
         self.image_cache = image_cache
         self.device = normalise_device(device)
@@ -75,11 +76,11 @@ class OverlayBundleTask(BundleInferTask):
 
     # -- config and network ------------------------------------------------------------------------------------------
     def _load_bundle_config(self, path, config):
-        return load_config(Path(path), self.bundle_entry.config, self.overlay)
+        return load_config(Path(path), self.bundle_entry.config, self.overlays)
 
     def network_spec(self) -> NetworkSpec:
         b = self.bundle_entry
-        return NetworkSpec(Path(self.bundle_path), b.config, b.weights, self.overlay, self.device)
+        return NetworkSpec(Path(self.bundle_path), b.config, b.weights, self.overlays, self.device)
 
     def warm_shapes(self) -> list[tuple[int, ...]]:
         """The exact network inputs requests will produce. Subclasses say how the bundle defines them."""
@@ -117,8 +118,9 @@ class OverlayBundleTask(BundleInferTask):
             try:
                 loaded = run_transforms({self.input_key: image}, head, log_prefix="PRE", use_compose=False)
             except Exception as e:  # a corrupt or unsupported file: say so, the server keeps serving
-                raise InvalidRequest(f"Image '{os.path.basename(image)}' cannot be read: {e}") from e
+                raise InvalidRequest(f"Image '{os.path.basename(image)}' cannot be read: {first_line(e)}") from e
             loaded[self.input_key] = loaded[self.input_key].to(self.device)
+            loaded.pop("latencies", None)  # a cache hit reports only the transforms it ran
             return loaded
 
         cached = self.image_cache.get_or_make((file_identity(image), self.bundle_path, self.device), load)
@@ -133,7 +135,7 @@ class OverlayBundleTask(BundleInferTask):
     def info(self) -> Dict[str, Any]:
         i = super().info()
         i["bundle"] = self.entry.bundle
-        i["overlay"] = str(self.overlay) if self.overlay else None
+        i["overlays"] = [str(o) for o in self.overlays]
         net = self.pool.peek(self.network_spec())
         i.update(net.info() if net else {"device": self.device, "warm": False})
         i["compiled_graphs"] = compiled_graphs()

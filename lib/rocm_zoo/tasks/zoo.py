@@ -61,7 +61,7 @@ class Zoo:
             return
         overlay = overlay_path(self.overlays_dir, entry.bundle)
         cls = TASK_CLASSES[entry.bundle]
-        self.tasks[entry.name] = cls(entry, bundle_dir, overlay, self.pool, self.image_cache, self.backend.device)
+        self.tasks[entry.name] = cls(entry, bundle_dir, (overlay,), self.pool, self.image_cache, self.backend.device)
 
     def warm(self) -> None:
         """Interactive models first: the clinician waiting for a first click matters most."""
