@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from monai.data import MetaTensor
-from monai.transforms import Compose, LoadImaged
+from monai.transforms import Compose
 
 from rocm_zoo import phantom
 from rocm_zoo.backend import describe, detect_backend
 from rocm_zoo.overlay import bundle_on_path, load_config, overlay_path
+from rocm_zoo.phantom_tensor import as_loaded, without_loaders
 from rocm_zoo.pool import NetworkSpec, build_network
 from rocm_zoo.registry import BUNDLES
 
@@ -54,20 +54,15 @@ def variants(compile_modes: list[str] | None) -> list[Variant]:
 
 def click_input(bundle_dir: Path, spec: phantom.PhantomSpec = phantom.SPLEEN10) -> torch.Tensor:
     """The network input of one click at the spleen's centre, made by the bundle's own transforms (the file loader
-    aside: the phantom is handed over in memory, with the metadata a loader would give it)."""
+    aside: the phantom is handed over in memory)."""
     p = phantom.make_phantom(spec)
     parser = load_config(bundle_dir, BUNDLES[bundle_dir.name].config)
     with bundle_on_path(bundle_dir):
-        pre = [t for t in parser.get_parsed_content("preprocessing").transforms if not isinstance(t, LoadImaged)]
-    affine = torch.as_tensor(p.affine, dtype=torch.float64)
-    meta = {"affine": affine, "original_affine": p.affine.copy(), "spatial_shape": np.array(p.image.shape),
-            "original_channel_dim": "no_channel", "filename_or_obj": spec.name}
+        pre = Compose(without_loaders(parser.get_parsed_content("preprocessing").transforms))
     spleen = np.argwhere(p.truth == phantom.ORGAN_LABELS["spleen"])
     click = spleen[np.argmin(((spleen - spleen.mean(0)) ** 2).sum(1))].tolist()
-    d = {"image": MetaTensor(torch.as_tensor(p.image, dtype=torch.float32), meta=meta), "spleen": [click],
-         "background": []}
     with bundle_on_path(bundle_dir):
-        x = Compose(pre)(d)["image"]
+        x = pre({"image": as_loaded(p), "spleen": [click], "background": []})["image"]
     return torch.as_tensor(x)[None]
 
 

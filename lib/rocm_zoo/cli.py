@@ -17,7 +17,7 @@ def _sample(args: argparse.Namespace) -> int:
     paths = SamplePaths(
         studies=Path(args.studies or d.studies), truth=Path(args.truth or d.truth), model_dir=Path(args.model_dir or d.model_dir)
     )
-    make_samples(paths, size=args.size, spleen10=not args.no_spleen10, train=args.train)
+    make_samples(paths, size=args.size, spleen10=not args.no_spleen10, train=args.train, train_steps=args.train_steps)
     print(f"studies: {paths.studies}\ntruth:   {paths.truth}\nbundles: {paths.model_dir}")
     return 0
 
@@ -65,12 +65,16 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("sample", help="write synthetic CT phantoms (NIfTI) and the sample bundles")
     s.add_argument("--size", choices=["tiny", "full"], default="tiny",
-                   help="tiny: CPU-sized, phantom-trained weights (default); full: real network size, untrained")
+                   help="tiny: CPU-sized, phantom-trained weights (default); full: real network size, untrained "
+                   "unless --train")
     s.add_argument("--studies", help="datastore folder for the phantoms (default sample-data/studies)")
     s.add_argument("--truth", help="folder for their truth masks (default sample-data/truth)")
     s.add_argument("--model-dir", help="where bundles go (default apps/rocm_zoo/model)")
     s.add_argument("--no-spleen10", action="store_true", help="skip the 512x512x55 spleen_10-shaped phantom")
-    s.add_argument("--train", action="store_true", help="train the tiny DeepEdit weights again (~3 min on 2 cores)")
+    s.add_argument("--train", action="store_true",
+                   help="train the DeepEdit weights on phantoms (tiny: ~5 min on 2 CPU cores, replaces the committed "
+                   "weights; full: use a GPU)")
+    s.add_argument("--train-steps", type=int, default=1000, help="training steps with --train (default 1000)")
     s.set_defaults(func=_sample)
 
     s = sub.add_parser("serve", help="start the MONAI Label server with the rocm_zoo app")

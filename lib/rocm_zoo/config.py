@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, fields
 
 from rocm_zoo.errors import ConfigError
@@ -12,8 +13,10 @@ from rocm_zoo.registry import select_models
 MONAILABEL_KEYS = ("server_mode",)
 
 
-def _bool(key: str, value: str) -> bool:
-    v = value.strip().lower()
+def _bool(key: str, value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
     if v in ("true", "1", "yes", "on"):
         return True
     if v in ("false", "0", "no", "off"):
@@ -39,7 +42,9 @@ class AppConfig:
         try:
             cache_gb = float(conf.get("image_cache_gb", cls.image_cache_gb))
         except ValueError:
-            raise ConfigError(f"--conf image_cache_gb takes a number, not '{conf['image_cache_gb']}'") from None
+            cache_gb = float("nan")
+        if not (math.isfinite(cache_gb) and cache_gb >= 0):
+            raise ConfigError(f"--conf image_cache_gb takes a finite number >= 0, not '{conf['image_cache_gb']}'")
         return cls(
             models=select_models(conf.get("models", "all")),
             device=conf.get("device", cls.device),

@@ -50,6 +50,11 @@ class OverlaySettings:
                 hint = f" Did you mean '{near[0]}'?" if near else ""
                 raise ConfigError(f"Unknown key '{key}' in the '{SETTINGS_KEY}' overlay block.{hint} Known: {known}")
         settings = cls(**raw)
+        for flag in ("compile", "gemm_transpose"):
+            if not isinstance(getattr(settings, flag), bool):
+                raise ConfigError(f"'{flag}' in the '{SETTINGS_KEY}' block must be true or false (JSON booleans)")
+        if settings.compile_mode is not None and not isinstance(settings.compile_mode, str):
+            raise ConfigError(f"'compile_mode' must be null or a torch.compile mode name, not {settings.compile_mode!r}")
         if settings.memory_format not in MEMORY_FORMATS:
             raise ConfigError(f"memory_format must be one of {list(MEMORY_FORMATS)}, not '{settings.memory_format}'")
         if settings.amp_dtype not in AMP_DTYPES:

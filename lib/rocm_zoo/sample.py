@@ -48,30 +48,34 @@ def write_studies(paths: SamplePaths, specs: list[phantom.PhantomSpec]) -> list[
     return written
 
 
-def write_deepedit_bundle(model_dir: Path, size: str, train: bool = False) -> Path:
+def write_deepedit_bundle(model_dir: Path, size: str, train: bool = False, train_steps: int = 1000) -> Path:
     """Writes (or replaces) the sample bundle; an existing real bundle is never overwritten."""
     bundle = model_dir / sample_bundle.DEEPEDIT
     meta = bundle / "configs" / "metadata.json"
     if meta.exists() and "rocm_zoo" not in meta.read_text():
         raise FileExistsError(f"{bundle} holds a bundle that is not a rocm_zoo sample; not overwriting it")
     sample_bundle.write_bundle_files(bundle, size)
-    if size == "full":
-        state = sample_bundle.random_weights("full")
-    elif train or not TRAINED_WEIGHTS.exists():
+    if train:
         from rocm_zoo.sample_train import train_deepedit
 
-        state = train_deepedit(bundle)
-        TRAINED_WEIGHTS.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(state, TRAINED_WEIGHTS)
+        # The full-size network is only trained where asked (on a GPU: a few minutes); the tiny one's weights are
+        # committed, so training again replaces them.
+        state = train_deepedit(bundle, steps=train_steps, device="auto")
+        if size == "tiny":
+            TRAINED_WEIGHTS.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(state, TRAINED_WEIGHTS)
+    elif size == "full":
+        state = sample_bundle.random_weights("full")
     else:
         state = torch.load(TRAINED_WEIGHTS, map_location="cpu", weights_only=True)
     sample_bundle.write_weights(bundle, state)
     return bundle
 
 
-def make_samples(paths: SamplePaths, size: str = "tiny", spleen10: bool = True, train: bool = False) -> None:
+def make_samples(paths: SamplePaths, size: str = "tiny", spleen10: bool = True, train: bool = False,
+                 train_steps: int = 1000) -> None:
     specs = phantom.test_specs() + ([phantom.SPLEEN10] if spleen10 else [])
     for image in write_studies(paths, specs):
         logger.info("study %s", image)
-    logger.info("bundle %s (%s)", write_deepedit_bundle(paths.model_dir, size, train), size)
+    logger.info("bundle %s (%s)", write_deepedit_bundle(paths.model_dir, size, train, train_steps), size)
 
