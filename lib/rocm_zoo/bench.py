@@ -26,7 +26,7 @@ from monai.transforms import Compose
 from rocm_zoo import phantom
 from rocm_zoo.backend import describe, detect_backend
 from rocm_zoo.overlay import bundle_on_path, load_config, overlay_path
-from rocm_zoo.phantom_tensor import as_loaded, without_loaders
+from rocm_zoo.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 from rocm_zoo.pool import NetworkSpec, build_network
 from rocm_zoo.registry import BUNDLES
 
@@ -57,6 +57,7 @@ def click_input(bundle_dir: Path, spec: phantom.PhantomSpec = phantom.SPLEEN10) 
     aside: the phantom is handed over in memory)."""
     p = phantom.make_phantom(spec)
     parser = load_config(bundle_dir, BUNDLES[bundle_dir.name].config)
+    loaders_without_reader(parser)
     with bundle_on_path(bundle_dir):
         pre = Compose(without_loaders(parser.get_parsed_content("preprocessing").transforms))
     spleen = np.argwhere(p.truth == phantom.ORGAN_LABELS["spleen"])
@@ -153,6 +154,7 @@ def run_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs: int =
                "dice_vs_baseline": dice_per_label(pred, ref, out.shape[1])}
         record["variants"].append(row)
         logger.info("%s: p50 %.2f ms", v.name, row["p50_ms"])
+        (out_dir / "bench.json").write_text(json.dumps(record, indent=2))  # partial results survive a time-out
         del net
         if backend.device.startswith("cuda"):
             torch.cuda.empty_cache()

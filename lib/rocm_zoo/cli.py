@@ -58,6 +58,17 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_click(args: argparse.Namespace) -> int:
+    from rocm_zoo.bench_click import run_click_bench
+    from rocm_zoo.overlay import overlay_path
+    from rocm_zoo.sample import REPO_ROOT
+
+    bundle = Path(args.bundle_dir)
+    overlay = Path(args.overlay) if args.overlay else overlay_path(REPO_ROOT / "apps" / "rocm_zoo" / "overlays", bundle.name)
+    run_click_bench(bundle, overlay, Path(args.out), runs=args.runs, warmup=args.warmup, device=args.device)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rocm-zoo", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -99,6 +110,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--compile-mode", action="append", default=None,
                    help="torch.compile modes to compare, repeatable (default: the overlay's)")
     s.set_defaults(func=_bench)
+
+    s = sub.add_parser("bench-click", help="click-to-mask time in one process: stock DeepEdit path vs rocm_zoo's")
+    s.add_argument("--bundle-dir", required=True, help="a DeepEdit bundle folder (real or sample)")
+    s.add_argument("--overlay", help="overlay file (default apps/rocm_zoo/overlays/<bundle>/inference_rocm.json)")
+    s.add_argument("--out", default="bench-out", help="folder for click.json")
+    s.add_argument("--runs", type=int, default=20)
+    s.add_argument("--warmup", type=int, default=5)
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=_bench_click)
     return p
 
 

@@ -29,3 +29,14 @@ def as_loaded(p: Phantom, array: np.ndarray | None = None) -> MetaTensor:
 
 def without_loaders(transforms) -> list:
     return [t for t in transforms if not isinstance(t, LoadImaged)]
+
+
+def loaders_without_reader(parser) -> None:
+    """Drop a named reader (the bundles name ITKReader) from every LoadImaged of the config, so parsing works where
+    that reader's library is not installed; `without_loaders` then removes the loaders themselves."""
+    for key, value in list(parser.get().items()):
+        if not isinstance(value, list):
+            continue
+        for i, item in enumerate(value):
+            if isinstance(item, dict) and str(item.get("_target_", "")).endswith("LoadImaged") and "reader" in item:
+                parser[f"{key}#{i}#reader"] = None

@@ -20,7 +20,7 @@ from scipy import ndimage
 from rocm_zoo import phantom
 from rocm_zoo.backend import detect_backend
 from rocm_zoo.overlay import bundle_on_path, load_config
-from rocm_zoo.phantom_tensor import as_loaded, without_loaders
+from rocm_zoo.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 
 logger = logging.getLogger(__name__)
 SPLEEN = phantom.ORGAN_LABELS["spleen"]
@@ -43,6 +43,7 @@ def _examples(bundle_dir: Path, count: int) -> list[tuple[dict, np.ndarray, torc
     """Per training phantom: the image after the bundle's image-only transforms, the truth as stored (for clicks),
     and the truth resized to the network input (the target)."""
     parser = load_config(bundle_dir, "configs/inference.json")
+    loaders_without_reader(parser)
     with bundle_on_path(bundle_dir):
         head = Compose(without_loaders(parser.get_parsed_content("preprocessing_transforms")))
     spatial = parser.get_parsed_content("spatial_size")
