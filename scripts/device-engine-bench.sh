@@ -14,4 +14,4 @@ python3 -m rocm_zoo.cli sample --size full --train --train-steps "$STEPS" --no-s
 python3 -m rocm_zoo.cli -v bench --bundle-dir /tmp/zoo/model/spleen_deepedit_annotation \
   --out "$OUT/spleen_deepedit_annotation" "$@" 2>&1 | grep -v -i "warn\|nvimg"
 python3 -m rocm_zoo.cli bench-click --bundle-dir /tmp/zoo/model/spleen_deepedit_annotation \
-  --out "$OUT/spleen_deepedit_annotation" 2>&1 | grep -v -i "warn\|nvimg"
+  --out "$OUT/spleen_deepedit_annotation" --runs 10 --warmup 2 2>&1 | grep -v -i "warn\|nvimg"
