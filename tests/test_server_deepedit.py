@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 
 import numpy as np
 import pytest
@@ -26,8 +27,11 @@ def slicer_params(**clicks) -> dict:
 
 
 def click_mask(server: str, image_id: str, params: dict, model: str = "spleen_deepedit") -> tuple[sitk.Image, dict]:
-    result, out_params = MONAILabelClient(server).infer(model, image_id, params)
-    return sitk.ReadImage(result), out_params
+    # The client saves the result under the server's temp-file name in its own tmpdir; on one machine the default
+    # (/tmp) is the very file the server deletes after answering, so the client gets a folder of its own.
+    with tempfile.TemporaryDirectory() as tmpdir:
+        result, out_params = MONAILabelClient(server, tmpdir=tmpdir).infer(model, image_id, params)
+        return sitk.ReadImage(result), out_params
 
 
 def test_info_lists_both_tasks_with_runtime_fields(server):
@@ -127,4 +131,15 @@ def test_corrupt_upload_is_refused_and_stored_data_is_untouched(server, sample_e
     # and the study still segments
     truth = sample_env.truth("phantom_test1") == 1
     mask, _ = click_mask(server, "phantom_test1", slicer_params(spleen=[central_voxel(truth)]))
+    assert dice(sitk.GetArrayFromImage(mask).transpose(2, 1, 0) == 1, truth) >= MIN_DICE_ONE_CLICK
+
+
+def test_automatic_then_interactive_on_one_image_share_the_cached_image(server, sample_env):
+    """Both tasks of the bundle reuse one preprocessed image; undoing its transforms must work for either."""
+    hits = lambda: requests.get(f"{server}/info/").json()["models"]["spleen_deepedit"]["image_cache"]["hits"]  # noqa: E731
+    truth = sample_env.truth(LPS_SPEC.name) == 1
+    click_mask(server, LPS_SPEC.name, slicer_params(), model="spleen_deepedit_seg")
+    before = hits()
+    mask, _ = click_mask(server, LPS_SPEC.name, slicer_params(spleen=[central_voxel(truth)]))
+    assert hits() == before + 1
     assert dice(sitk.GetArrayFromImage(mask).transpose(2, 1, 0) == 1, truth) >= MIN_DICE_ONE_CLICK

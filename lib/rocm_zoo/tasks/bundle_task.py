@@ -27,6 +27,7 @@ from monai.transforms import (
     ScaleIntensityRanged,
     Spacingd,
 )
+from monai.utils import TraceKeys
 from monailabel.interfaces.utils.transform import run_transforms
 from monailabel.tasks.infer.bundle import BundleInferTask
 from monailabel.transform.pre import LoadImageTensord
@@ -121,9 +122,15 @@ class OverlayBundleTask(BundleInferTask):
                 raise InvalidRequest(f"Image '{os.path.basename(image)}' cannot be read: {first_line(e)}") from e
             loaded[self.input_key] = loaded[self.input_key].to(self.device)
             loaded.pop("latencies", None)  # a cache hit reports only the transforms it ran
+            # The inverse of each traced transform checks it is undone by the very object that did it; a cached
+            # image outlives those objects (every request, and every task of this bundle, parses its own), so the
+            # trace is marked as MONAI allows for transforms recreated in other processes: match by class.
+            for op in loaded[self.input_key].applied_operations:
+                op[TraceKeys.ID] = TraceKeys.NONE
             return loaded
 
-        cached = self.image_cache.get_or_make((file_identity(image), self.bundle_path, self.device), load)
+        key = (file_identity(image), self.bundle_path, tuple(map(str, self.overlays)), self.device)
+        cached = self.image_cache.get_or_make(key, load)
         data.update(cached)
         self.prepare_request(data)
         return run_transforms(data, tail, log_prefix="PRE", use_compose=False) if tail else data
