@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Last of four consecutive device calls (carry .whl-dev-1..4 in turn, see DEVICE.md): install the MONAI Label server's
-# wheels, start rocm_zoo on the full-size sample bundle and time Slicer-style clicks through the REST API.
+# The MONAI Label server on the GPU machine, timed through its REST API. Wheels travel in four calls, each carrying
+# one folder of them while the machine stays warm:  mkdir -p /tmp/wheels && cp .whl-srv-N/* /tmp/wheels/
+# (folders made from tools/device-wheels' output, each small enough to travel with the working tree), then this
+# script, carrying the last folder. Writes $OUT/rest_click.json and $OUT/server.log.
 set -euo pipefail
-cat /tmp/parts/itk_core-*.whl.part-* > /tmp/itk_core-5.4.7-cp311-abi3-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/wheels/*.whl /tmp/itk_core-*.whl .whl-engine/*.whl
+cat /tmp/wheels/itk_core-*.whl.part-* > /tmp/itk_core-5.4.7-cp311-abi3-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/wheels/*.whl /tmp/itk_core-*.whl
 export PYTHONPATH=$PWD/lib:/tmp/site PYTHONUNBUFFERED=1
-python3 -m rocm_zoo.cli sample --size full 2>&1 | tail -2
+python3 -m rocm_zoo.cli sample --size full 2>&1 | tail -1
 python3 -m monailabel.main start_server --app apps/rocm_zoo --studies sample-data/studies --conf models all \
   --host 127.0.0.1 --port 8000 > "$OUT/server.log" 2>&1 &
 for i in $(seq 1 240); do curl -sf 127.0.0.1:8000/info/ > /dev/null && break; sleep 1; done
