@@ -6,7 +6,8 @@ writer); what changes is where the work runs and what is reused:
 - the network comes from the `NetworkPool` (weights loaded strictly, then layout, then compile, warmed);
 - the leading image-only transforms (load, channel, orientation, spacing, intensity) run once per image file and
   their result is kept on the device, so later clicks start from there;
-- no `torch.cuda.empty_cache()` after each request (it costs a click its latency).
+- no `torch.cuda.empty_cache()` after each request (it costs a click its latency);
+- the mask is written from one compact uint8 copy (DeviceLabelWriter), not MONAI Label's float copy + host transpose.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from rocm_zoo.image_cache import ImageCache, file_identity
 from rocm_zoo.overlay import load_config
 from rocm_zoo.pool import NetworkPool, NetworkSpec, compiled_graphs
 from rocm_zoo.registry import BUNDLES, TaskEntry
+from rocm_zoo.tasks.label_writer import DeviceLabelWriter
 from rocm_zoo.volume_check import first_line
 
 logger = logging.getLogger(__name__)
@@ -137,6 +139,15 @@ class OverlayBundleTask(BundleInferTask):
 
     def prepare_request(self, data: Dict[str, Any]) -> None:
         """Check (and normalise) request parameters against the loaded image; raise InvalidRequest with the reason."""
+
+    def writer(self, data: Dict[str, Any], extension=None, dtype=None):
+        if extension is not None:
+            data["result_extension"] = extension
+        if dtype is not None:
+            data["result_dtype"] = dtype
+        if self.labels is not None:
+            data["labels"] = self.labels
+        return DeviceLabelWriter(label=self.output_label_key, json=self.output_json_key)(data)
 
     # -- what /info shows -------------------------------------------------------------------------------------------
     def info(self) -> Dict[str, Any]:
