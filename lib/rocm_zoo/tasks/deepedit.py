@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any, Dict
 
+import numpy as np
 from monai.apps.deepedit.transforms import AddGuidanceSignalDeepEditd
 
+from rocm_zoo import phantom
 from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.guidance import DeviceGuidanceSignald
 from rocm_zoo.tasks.bundle_task import OverlayBundleTask
@@ -25,6 +27,10 @@ class DeepEditTask(OverlayBundleTask):
         channels = self.bundle_config.get_parsed_content("network_def#in_channels")
         spatial = self.bundle_config.get_parsed_content("spatial_size")
         return [(1, int(channels), *map(int, spatial))]
+
+    def warm_request(self, p: phantom.Phantom) -> Dict[str, Any]:
+        spleen = np.argwhere(p.truth == phantom.ORGAN_LABELS["spleen"])
+        return {"spleen": [spleen[len(spleen) // 2].tolist()], "background": []}
 
     def pre_transforms(self, data=None):
         return [DeviceGuidanceSignald.replacing(t) if isinstance(t, AddGuidanceSignalDeepEditd) else t
