@@ -49,11 +49,12 @@ def write_studies(paths: SamplePaths, specs: list[phantom.PhantomSpec]) -> list[
 
 
 def write_deepedit_bundle(model_dir: Path, size: str, train: bool = False, train_steps: int = 1000) -> Path:
-    """Writes (or replaces) the sample bundle; an existing real bundle is never overwritten."""
+    """Writes (or replaces) the sample bundle; a real bundle already there is kept as it is."""
     bundle = model_dir / sample_bundle.DEEPEDIT
     meta = bundle / "configs" / "metadata.json"
     if meta.exists() and "rocm_zoo" not in meta.read_text():
-        raise FileExistsError(f"{bundle} holds a bundle that is not a rocm_zoo sample; not overwriting it")
+        logger.warning("%s holds a real (non-sample) bundle: kept, no sample written", bundle)
+        return bundle
     sample_bundle.write_bundle_files(bundle, size)
     if train:
         from rocm_zoo.sample_train import train_deepedit
