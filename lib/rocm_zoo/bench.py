@@ -144,8 +144,9 @@ def run_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs: int =
             extra.write_text(json.dumps(v.extra))
             files += (extra,)
         net = build_network(NetworkSpec(bundle_dir, entry.config, entry.weights, files, backend.device))
-        times, first = time_forward(net, x, runs, warmup)
-        out = net(x)
+        # the input lives on the device, as in a request: the timing is the network's, not a host copy's
+        times, first = time_forward(net, x.to(backend.device), runs, warmup)
+        out = net(x.to(backend.device))
         pred = out.argmax(1).cpu()
         ref = pred if ref is None else ref
         row = {"name": v.name, **net.info(), "first_call_s": round(first, 2),
