@@ -113,6 +113,7 @@ class OverlayBundleTask(BundleInferTask):
         return {}
 
     def _get_network(self, device, data):
+        # Always the task's configured device: a per-request device would mean a network nobody warmed.
         return self.pool.get(self.network_spec(), self.warm_shapes())
 
     def run_inferer(self, data: Dict[str, Any], convert_to_batch=True, device="cuda"):
@@ -135,7 +136,7 @@ class OverlayBundleTask(BundleInferTask):
         if not isinstance(image, str) or not head:
             return super().run_pre_transforms(data, transforms)
         if not image or not os.path.isfile(image):
-            raise ImageNotFound(f"Image '{data.get('image_id') or image or '?'}' is not in the datastore")
+            raise ImageNotFound(f"Image file '{image}' does not exist (removed from the datastore?)")
 
         def load() -> dict:
             try:
