@@ -34,6 +34,10 @@ logger = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def default_overlay(bundle: str) -> Path:
+    return overlay_path(REPO_ROOT / "apps" / "rocm_zoo" / "overlays", bundle)
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -124,7 +128,7 @@ def run_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs: int =
               device: str = "auto", compile_modes: list[str] | None = None) -> dict:
     bundle_dir = Path(bundle_dir).resolve()
     entry = BUNDLES[bundle_dir.name]
-    overlay = overlay or overlay_path(REPO_ROOT / "apps" / "rocm_zoo" / "overlays", bundle_dir.name)
+    overlay = overlay or default_overlay(bundle_dir.name)
     out_dir.mkdir(parents=True, exist_ok=True)
     backend = detect_backend(device)
     x = click_input(bundle_dir)

@@ -20,7 +20,7 @@ from monai.apps.deepedit.transforms import AddGuidanceSignalDeepEditd
 from monai.transforms import EnsureChannelFirstd, Orientationd, SaveImaged, ScaleIntensityRanged
 
 from rocm_zoo import phantom
-from rocm_zoo.bench import percentile, versions
+from rocm_zoo.bench import default_overlay, percentile, versions
 from rocm_zoo.guidance import DeviceGuidanceSignald
 from rocm_zoo.image_cache import _fresh_copy
 from rocm_zoo.overlay import bundle_on_path, load_config
@@ -66,9 +66,10 @@ def click_once(start, tail, post, net, clicks, device, sync) -> tuple[np.ndarray
     return mask, times
 
 
-def run_click_bench(bundle_dir: Path, overlay: Path, out_dir: Path, runs: int = 20, warmup: int = 5,
+def run_click_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs: int = 20, warmup: int = 5,
                     device: str = "auto") -> dict:
     bundle_dir = Path(bundle_dir).resolve()
+    overlay = overlay or default_overlay(bundle_dir.name)
     entry = BUNDLES[bundle_dir.name]
     p = phantom.make_phantom(phantom.SPLEEN10)
     spleen = p.truth == phantom.ORGAN_LABELS["spleen"]

@@ -60,13 +60,19 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _bench_click(args: argparse.Namespace) -> int:
     from rocm_zoo.bench_click import run_click_bench
-    from rocm_zoo.overlay import overlay_path
-    from rocm_zoo.sample import REPO_ROOT
 
-    bundle = Path(args.bundle_dir)
-    overlay = Path(args.overlay) if args.overlay else overlay_path(REPO_ROOT / "apps" / "rocm_zoo" / "overlays", bundle.name)
-    run_click_bench(bundle, overlay, Path(args.out), runs=args.runs, warmup=args.warmup, device=args.device)
+    run_click_bench(bundle_dir=Path(args.bundle_dir), overlay=Path(args.overlay) if args.overlay else None,
+                    out_dir=Path(args.out), runs=args.runs, warmup=args.warmup, device=args.device)
     return 0
+
+
+def _bench_arguments(s: argparse.ArgumentParser, bundle_help: str, out_help: str) -> None:
+    s.add_argument("--bundle-dir", required=True, help=bundle_help)
+    s.add_argument("--overlay", help="overlay file (default apps/rocm_zoo/overlays/<bundle>/inference_rocm.json)")
+    s.add_argument("--out", default="bench-out", help=out_help)
+    s.add_argument("--runs", type=int, default=20)
+    s.add_argument("--warmup", type=int, default=5)
+    s.add_argument("--device", default="auto")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -101,23 +107,13 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_env)
 
     s = sub.add_parser("bench", help="time a bundle's network: fp32 eager baseline vs the overlay, with Dice")
-    s.add_argument("--bundle-dir", required=True, help="the bundle folder (real or sample)")
-    s.add_argument("--overlay", help="overlay file (default apps/rocm_zoo/overlays/<bundle>/inference_rocm.json)")
-    s.add_argument("--out", default="bench-out", help="folder for the JSON record, markdown table and plot")
-    s.add_argument("--runs", type=int, default=20)
-    s.add_argument("--warmup", type=int, default=5)
-    s.add_argument("--device", default="auto")
+    _bench_arguments(s, "the bundle folder (real or sample)", "folder for the JSON record, markdown table and plot")
     s.add_argument("--compile-mode", action="append", default=None,
                    help="torch.compile modes to compare, repeatable (default: the overlay's)")
     s.set_defaults(func=_bench)
 
     s = sub.add_parser("bench-click", help="click-to-mask time in one process: stock DeepEdit path vs rocm_zoo's")
-    s.add_argument("--bundle-dir", required=True, help="a DeepEdit bundle folder (real or sample)")
-    s.add_argument("--overlay", help="overlay file (default apps/rocm_zoo/overlays/<bundle>/inference_rocm.json)")
-    s.add_argument("--out", default="bench-out", help="folder for click.json")
-    s.add_argument("--runs", type=int, default=20)
-    s.add_argument("--warmup", type=int, default=5)
-    s.add_argument("--device", default="auto")
+    _bench_arguments(s, "a DeepEdit bundle folder (real or sample)", "folder for click.json")
     s.set_defaults(func=_bench_click)
     return p
 
