@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ class Zoo:
         self.config = AppConfig.from_conf(conf)
         self.model_dir = Path(app_dir) / "model"
         self.overlays_dir = Path(app_dir) / "overlays"
+        # Compiled kernels kept next to the bundles (not in /tmp), so a restart reuses them.
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.model_dir / ".cache" / "inductor"))
         self.backend = detect_backend(self.config.device)
         applied = apply_env_defaults(self.backend)
         logger.info("rocm_zoo: %s", describe(self.backend))
