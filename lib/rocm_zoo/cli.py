@@ -35,7 +35,8 @@ def _serve(args: argparse.Namespace) -> int:
     for kv in args.conf or []:
         cmd += ["--conf", *kv]
     print(" ".join(cmd), flush=True)
-    os.execv(monailabel, cmd)
+    # The launcher runs whatever `python` is first on PATH; this one is the interpreter that has monailabel.
+    os.execve(monailabel, cmd, dict(os.environ, MONAILABEL_PYEXE=sys.executable))
     return 0
 
 
