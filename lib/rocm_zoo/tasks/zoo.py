@@ -34,13 +34,22 @@ def bundle_missing_message(bundle: str, model_dir: Path) -> str:
     return f"Bundle '{bundle}' not found at {where}. " + HOW_TO_GET_BUNDLES.format(bundle=bundle, model_dir=model_dir)
 
 
+def use_persistent_compile_cache(path: Path) -> None:
+    """Compiled kernels next to the bundles rather than in /tmp, so a restart (even after a reboot) reuses them.
+    Inductor writes its /tmp default into the environment the first time anything asks for it (some imports do), so
+    that default counts as unset; a value the user chose is kept."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+
+
 class Zoo:
     def __init__(self, app_dir: Path, conf: dict[str, str]):
         self.config = AppConfig.from_conf(conf)
         self.model_dir = Path(app_dir) / "model"
         self.overlays_dir = Path(app_dir) / "overlays"
-        # Compiled kernels kept next to the bundles (not in /tmp), so a restart reuses them.
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.model_dir / ".cache" / "inductor"))
+        use_persistent_compile_cache(self.model_dir / ".cache" / "inductor")
         self.backend = detect_backend(self.config.device)
         applied = apply_env_defaults(self.backend)
         logger.info("rocm_zoo: %s", describe(self.backend))
