@@ -4,7 +4,6 @@ Start:  monailabel start_server --app apps/rocm_zoo --studies <dir> --conf model
 This file only composes; the engine is the `rocm_zoo` package (lib/rocm_zoo).
 """
 
-import logging
 import os
 import sys
 
@@ -16,8 +15,6 @@ from rocm_zoo.errors import ImageNotFound, ModelNotFound
 from rocm_zoo.tasks import http_errors
 from rocm_zoo.tasks.datastore import CheckedLocalDatastore
 from rocm_zoo.tasks.zoo import Zoo
-
-logger = logging.getLogger(__name__)
 
 
 class MyApp(MONAILabelApp):
