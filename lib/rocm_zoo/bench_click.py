@@ -22,7 +22,7 @@ from monai.transforms import EnsureChannelFirstd, Orientationd, SaveImaged, Scal
 from rocm_zoo import phantom
 from rocm_zoo.bench import default_overlay, percentile, versions
 from rocm_zoo.guidance import DeviceGuidanceSignald
-from rocm_zoo.image_cache import _fresh_copy
+from rocm_zoo.image_cache import fresh_copy
 from rocm_zoo.overlay import bundle_on_path, load_config
 from rocm_zoo.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 from rocm_zoo.pool import NetworkSpec, build_network
@@ -96,7 +96,7 @@ def run_click_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs:
             head_out = run_head()
             sync()
             first_head_ms = (time.perf_counter() - t) * 1000
-            start = (lambda: _fresh_copy(head_out)) if on_device else run_head
+            start = (lambda: fresh_copy(head_out)) if on_device else run_head
             samples = []
             for i in range(warmup + runs):
                 mask, times = click_once(start, tail, post, net, clicks, net.backend.device, sync)

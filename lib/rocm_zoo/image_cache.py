@@ -25,7 +25,7 @@ def _nbytes(value: Any) -> int:
     return value.element_size() * value.nelement() if torch.is_tensor(value) else 0
 
 
-def _fresh_copy(entry: dict) -> dict:
+def fresh_copy(entry: dict) -> dict:
     """A copy the transforms may change freely: tensors cloned (with their meta and applied operations deep-copied),
     everything else deep-copied."""
     out = {}
@@ -55,14 +55,14 @@ class ImageCache:
             if entry is not None:
                 self._entries.move_to_end(key)
                 self.hits += 1
-                return _fresh_copy(entry)
+                return fresh_copy(entry)
         entry = make()
         with self._lock:
             self.misses += 1
             self._entries[key] = entry
             self._entries.move_to_end(key)
             self._evict()
-        return _fresh_copy(entry)
+        return fresh_copy(entry)
 
     def _evict(self) -> None:
         while len(self._entries) > 1 and self.size_bytes() > self.max_bytes:

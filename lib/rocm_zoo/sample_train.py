@@ -19,6 +19,7 @@ from scipy import ndimage
 
 from rocm_zoo import phantom
 from rocm_zoo.backend import detect_backend
+from rocm_zoo.image_cache import fresh_copy
 from rocm_zoo.overlay import bundle_on_path, load_config
 from rocm_zoo.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 
@@ -79,8 +80,7 @@ def train_deepedit(bundle_dir: Path, steps: int = 1000, phantoms: int = 16, seed
         batch_x, batch_y = [], []
         for i in rng.choice(len(examples), 2, replace=False):
             cached, truth, target = examples[i]
-            d = {"image": cached["image"].clone(), **simulate_clicks(truth, rng)}
-            d["image"].meta = dict(cached["image"].meta)
+            d = {**fresh_copy(cached), **simulate_clicks(truth, rng)}
             with bundle_on_path(bundle_dir):
                 x = tail(d)["image"]
             batch_x.append(torch.as_tensor(x))
