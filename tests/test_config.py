@@ -110,6 +110,12 @@ def test_from_conf_bad_number_names_the_key():
     assert "lots" in str(exc.value)
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_from_conf_image_cache_must_be_a_finite_non_negative_number(value):
+    with pytest.raises(ConfigError, match="image_cache_gb"):
+        AppConfig.from_conf({"image_cache_gb": value})
+
+
 def test_from_conf_bad_models_value_is_a_config_error():
     with pytest.raises(ConfigError, match="Did you mean 'spleen_deepedit'"):
         AppConfig.from_conf({"models": "spleen_deepedt"})
@@ -140,6 +146,19 @@ def test_overlay_settings_bad_amp_dtype_is_rejected():
     with pytest.raises(ConfigError, match="amp_dtype") as exc:
         OverlaySettings.from_dict({"amp_dtype": "bf16"})
     assert "bfloat16" in str(exc.value)
+
+
+@pytest.mark.parametrize("flag", ["compile", "gemm_transpose"])
+def test_overlay_flags_must_be_json_booleans(flag):
+    # the string "false" is truthy in Python: accepting it would turn on what the overlay meant to turn off
+    with pytest.raises(ConfigError, match=flag):
+        OverlaySettings.from_dict({flag: "false"})
+
+
+def test_overlay_compile_mode_must_be_null_or_a_name():
+    assert OverlaySettings.from_dict({"compile_mode": "max-autotune"}).compile_mode == "max-autotune"
+    with pytest.raises(ConfigError, match="compile_mode"):
+        OverlaySettings.from_dict({"compile_mode": 3})
 
 
 def test_spleen_overlay_file_parses_to_the_expected_settings():
