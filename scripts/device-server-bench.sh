@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The MONAI Label server on the GPU machine, timed through its REST API. Wheels travel in four calls, each carrying
 # one folder of them while the machine stays warm:  mkdir -p /tmp/wheels && cp .whl-srv-N/* /tmp/wheels/
-# (folders made from tools/device-wheels' output, each small enough to travel with the working tree), then this
+# (folders made by scripts/device-server-wheels, each small enough to travel with the working tree), then this
 # script, carrying the last folder. Writes $OUT/rest_click.json and $OUT/server.log.
 set -euo pipefail
 cat /tmp/wheels/itk_core-*.whl.part-* > /tmp/itk_core-5.4.7-cp311-abi3-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
