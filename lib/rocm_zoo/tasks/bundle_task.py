@@ -12,6 +12,7 @@ writer); what changes is where the work runs and what is reused:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import tempfile
@@ -92,10 +93,14 @@ class OverlayBundleTask(BundleInferTask):
         """The exact network inputs requests will produce. Subclasses say how the bundle defines them."""
         raise NotImplementedError
 
+    @functools.cached_property
+    def _shapes(self) -> list[tuple[int, ...]]:
+        return self.warm_shapes()  # parsed from the bundle config once, not on every request
+
     def warm(self) -> float:
         """Compile and warm the network, then run one whole request on a small phantom, so the first real click
         finds every reader, transform and writer already initialised (ITK alone takes seconds to load its IO)."""
-        network_seconds = self.pool.get(self.network_spec(), self.warm_shapes()).warm_seconds
+        network_seconds = self.pool.get(self.network_spec(), self._shapes).warm_seconds
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="rocm_zoo_warm_") as tmp:
             p = phantom.make_phantom(phantom.test_specs(1)[0])
@@ -114,7 +119,7 @@ class OverlayBundleTask(BundleInferTask):
 
     def _get_network(self, device, data):
         # Always the task's configured device: a per-request device would mean a network nobody warmed.
-        return self.pool.get(self.network_spec(), self.warm_shapes())
+        return self.pool.get(self.network_spec(), self._shapes)
 
     def run_inferer(self, data: Dict[str, Any], convert_to_batch=True, device="cuda"):
         network = self._get_network(device, data)
