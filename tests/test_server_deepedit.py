@@ -22,7 +22,9 @@ MIN_DICE_ONE_CLICK = 0.8
 
 
 def slicer_params(**clicks) -> dict:
-    return {"result_extension": ".nrrd", "result_dtype": "uint8", "client_id": "user-xyz",
+    """What Slicer's MONAI Label module sends for a deepedit model: one key per label with its clicks, the label
+    being edited, and its result format (MONAILabel.py in the monailabel wheel's Slicer plugin)."""
+    return {"result_extension": ".nrrd", "result_dtype": "uint8", "client_id": "user-xyz", "label": "spleen",
             "background": [], **clicks}
 
 
@@ -142,4 +144,12 @@ def test_automatic_then_interactive_on_one_image_share_the_cached_image(server, 
     before = hits()
     mask, _ = click_mask(server, LPS_SPEC.name, slicer_params(spleen=[central_voxel(truth)]))
     assert hits() == before + 1
+    assert dice(sitk.GetArrayFromImage(mask).transpose(2, 1, 0) == 1, truth) >= MIN_DICE_ONE_CLICK
+
+
+def test_slicer_roi_and_other_fields_are_not_taken_for_clicks(server, sample_env):
+    # Slicer adds an ROI as six voxel bounds when one is drawn; it is not a label's clicks
+    truth = sample_env.truth("phantom_test0") == 1
+    params = slicer_params(spleen=[central_voxel(truth)], roi=[0, 90, 0, 90, 0, 39], reset_state=True)
+    mask, _ = click_mask(server, "phantom_test0", params)
     assert dice(sitk.GetArrayFromImage(mask).transpose(2, 1, 0) == 1, truth) >= MIN_DICE_ONE_CLICK
