@@ -1,0 +1,55 @@
+"""`rocm-zoo` as a user runs it: the console script, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROCM_ZOO = shutil.which("rocm-zoo", path=str(Path(sys.executable).parent))
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    if ROCM_ZOO is None:
+        pytest.skip("the rocm-zoo console script is not installed in this environment (pip install -e .)")
+    return subprocess.run([ROCM_ZOO, *args], capture_output=True, text=True, timeout=600)
+
+
+def test_help_lists_every_command():
+    out = run("--help")
+    assert out.returncode == 0
+    for command in ("sample", "serve", "env", "bench", "bench-click"):
+        assert command in out.stdout
+
+
+def test_env_reports_the_cpu_backend_here():
+    out = run("env", "--device", "cpu")
+    assert out.returncode == 0
+    assert out.stdout.startswith("backend=cpu device=cpu")
+    assert "export" not in out.stdout  # ROCm environment defaults are for ROCm only
+
+
+def test_sample_writes_studies_truth_and_bundle_and_keeps_a_real_bundle(tmp_path):
+    dirs = {"--studies": tmp_path / "studies", "--truth": tmp_path / "truth", "--model-dir": tmp_path / "model"}
+    args = [a for k, v in dirs.items() for a in (k, str(v))]
+    out = run("sample", "--no-spleen10", *args)
+    assert out.returncode == 0, out.stderr
+    studies = sorted(p.name for p in dirs["--studies"].iterdir())
+    assert studies == sorted(p.name for p in dirs["--truth"].iterdir())  # one truth mask per study, kept apart
+    assert len(studies) == 3
+    bundle = dirs["--model-dir"] / "spleen_deepedit_annotation"
+    for rel in ("configs/inference.json", "configs/metadata.json", "models/model.pt", "scripts/transforms.py"):
+        assert (bundle / rel).is_file(), rel
+    assert "Not a clinical model" in json.loads((bundle / "configs/metadata.json").read_text())["description"]
+
+    # a real bundle (metadata without the sample marker) is never overwritten
+    real_meta = {"name": "Spleen DeepEdit annotation", "version": "0.5.0"}
+    (bundle / "configs/metadata.json").write_text(json.dumps(real_meta))
+    weights = (bundle / "models/model.pt").read_bytes()
+    assert run("sample", "--no-spleen10", *args).returncode == 0
+    assert json.loads((bundle / "configs/metadata.json").read_text()) == real_meta
+    assert (bundle / "models/model.pt").read_bytes() == weights
