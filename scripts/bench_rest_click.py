@@ -14,6 +14,8 @@ import nibabel as nib
 import numpy as np
 from monailabel.client import MONAILabelClient
 
+from rocm_zoo.masks import central_voxel
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -21,9 +23,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20), ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--model", default="spleen_deepedit"), ap.add_argument("--out")
     a = ap.parse_args()
-    truth = np.asarray(nib.load(a.truth).dataobj) == 1
-    pts = np.argwhere(truth)
-    click = pts[np.argmin(((pts - pts.mean(0)) ** 2).sum(1))].tolist()
+    click = central_voxel(np.asarray(nib.load(a.truth).dataobj) == 1)
     params = {"result_extension": ".nrrd", "result_dtype": "uint8", "client_id": "bench", "spleen": [click],
               "background": []}
     client = MONAILabelClient(a.url)

@@ -40,16 +40,6 @@ class SampleEnv:
         return self.paths.studies / f"{image_id}.nii.gz"
 
 
-def central_voxel(mask: np.ndarray) -> list[int]:
-    """The mask voxel nearest the mask's centroid: an annotator's click in the middle of the organ."""
-    pts = np.argwhere(mask)
-    return pts[np.argmin(((pts - pts.mean(0)) ** 2).sum(1))].tolist()
-
-
-def dice(a: np.ndarray, b: np.ndarray) -> float:
-    return float(2 * (a & b).sum() / max(1, a.sum() + b.sum()))
-
-
 @pytest.fixture(scope="session")
 def sample_env(tmp_path_factory) -> SampleEnv:
     root = tmp_path_factory.mktemp("rocm_zoo")

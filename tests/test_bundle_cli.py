@@ -11,7 +11,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from conftest import REPO, dice
+from conftest import REPO
+from rocm_zoo.masks import dice
 
 pytestmark = pytest.mark.slow
 BUNDLE = "spleen_deepedit_annotation"

@@ -11,7 +11,8 @@ import requests
 import SimpleITK as sitk
 from monailabel.client import MONAILabelClient
 
-from conftest import LPS_SPEC, central_voxel, dice
+from conftest import LPS_SPEC
+from rocm_zoo.masks import central_voxel, dice
 
 pytestmark = pytest.mark.slow
 

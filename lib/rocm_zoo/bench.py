@@ -25,13 +25,14 @@ from monai.transforms import Compose
 
 from rocm_zoo import phantom
 from rocm_zoo.backend import describe, detect_backend
+from rocm_zoo.masks import central_voxel
 from rocm_zoo.overlay import bundle_on_path, load_config, overlay_path
 from rocm_zoo.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 from rocm_zoo.pool import NetworkSpec, build_network
 from rocm_zoo.registry import BUNDLES
+from rocm_zoo.sample import REPO_ROOT
 
 logger = logging.getLogger(__name__)
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def default_overlay(bundle: str) -> Path:
@@ -64,8 +65,7 @@ def click_input(bundle_dir: Path, spec: phantom.PhantomSpec = phantom.SPLEEN10) 
     loaders_without_reader(parser)
     with bundle_on_path(bundle_dir):
         pre = Compose(without_loaders(parser.get_parsed_content("preprocessing").transforms))
-    spleen = np.argwhere(p.truth == phantom.ORGAN_LABELS["spleen"])
-    click = spleen[np.argmin(((spleen - spleen.mean(0)) ** 2).sum(1))].tolist()
+    click = central_voxel(p.truth == phantom.ORGAN_LABELS["spleen"])
     with bundle_on_path(bundle_dir):
         x = pre({"image": as_loaded(p), "spleen": [click], "background": []})["image"]
     return torch.as_tensor(x)[None]

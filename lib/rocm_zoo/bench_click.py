@@ -17,19 +17,17 @@ from pathlib import Path
 import numpy as np
 import torch
 from monai.apps.deepedit.transforms import AddGuidanceSignalDeepEditd
-from monai.transforms import EnsureChannelFirstd, Orientationd, SaveImaged, ScaleIntensityRanged
+from monai.transforms import SaveImaged
 
 from rocm_zoo import phantom
 from rocm_zoo.bench import default_overlay, percentile, versions
 from rocm_zoo.guidance import DeviceGuidanceSignald
-from rocm_zoo.image_cache import fresh_copy
+from rocm_zoo.image_cache import fresh_copy, split_image_only
+from rocm_zoo.masks import central_voxel, dice
 from rocm_zoo.overlay import bundle_on_path, load_config
 from rocm_zoo.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 from rocm_zoo.pool import NetworkSpec, build_network
 from rocm_zoo.registry import BUNDLES
-
-HEAD = (EnsureChannelFirstd, Orientationd, ScaleIntensityRanged)
-
 
 def _pipeline(bundle_dir: Path, on_device: bool):
     parser = load_config(bundle_dir, BUNDLES[bundle_dir.name].config)
@@ -39,8 +37,8 @@ def _pipeline(bundle_dir: Path, on_device: bool):
         post = [t for t in parser.get_parsed_content("postprocessing").transforms if not isinstance(t, SaveImaged)]
     if on_device:
         pre = [DeviceGuidanceSignald.replacing(t) if isinstance(t, AddGuidanceSignalDeepEditd) else t for t in pre]
-    n = next(i for i, t in enumerate(pre) if not isinstance(t, HEAD))
-    return pre[:n], pre[n:], post
+    head, tail = split_image_only(pre)
+    return head, tail, post
 
 
 def click_once(start, tail, post, net, clicks, device, sync) -> tuple[np.ndarray, dict]:
@@ -73,8 +71,7 @@ def run_click_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs:
     entry = BUNDLES[bundle_dir.name]
     p = phantom.make_phantom(phantom.SPLEEN10)
     spleen = p.truth == phantom.ORGAN_LABELS["spleen"]
-    pts = np.argwhere(spleen)
-    clicks = {"spleen": [pts[np.argmin(((pts - pts.mean(0)) ** 2).sum(1))].tolist()], "background": []}
+    clicks = {"spleen": [central_voxel(spleen)], "background": []}
     record = {"bundle": bundle_dir.name, "image_shape": list(p.image.shape), "runs": runs, "warmup": warmup,
               "paths": []}
     masks = {}
@@ -107,11 +104,11 @@ def run_click_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs:
         for k in samples[0]:
             vals = [s[k] for s in samples]
             row[k] = {"p50": round(statistics.median(vals), 2), "p90": round(percentile(vals, 90), 2)}
-        row["dice_vs_truth"] = round(float(2 * (masks[name] & spleen).sum() / (masks[name].sum() + spleen.sum())), 4)
+        row["dice_vs_truth"] = round(dice(masks[name], spleen), 4)
         record["paths"].append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "network"}), flush=True)
     a, b = masks.values()
-    record["dice_rocm_zoo_vs_stock"] = round(float(2 * (a & b).sum() / max(1, a.sum() + b.sum())), 4)
+    record["dice_rocm_zoo_vs_stock"] = round(dice(a, b), 4)
     record["versions"] = versions(net.backend.device)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "click.json").write_text(json.dumps(record, indent=2))

@@ -14,11 +14,41 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 import torch
+from monai.transforms import (
+    CastToTyped,
+    EnsureChannelFirstd,
+    EnsureTyped,
+    LoadImaged,
+    NormalizeIntensityd,
+    Orientationd,
+    ScaleIntensityRanged,
+    Spacingd,
+)
+
+# Deterministic transforms that depend on the image alone: their output can be reused for every click on that image.
+IMAGE_ONLY_TRANSFORMS = (
+    LoadImaged,
+    EnsureChannelFirstd,
+    Orientationd,
+    Spacingd,
+    ScaleIntensityRanged,
+    NormalizeIntensityd,
+    EnsureTyped,
+    CastToTyped,
+)
 
 
 def file_identity(path: str) -> tuple[str, int, int]:
     st = os.stat(path)
     return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+
+
+def split_image_only(transforms, kinds: tuple = IMAGE_ONLY_TRANSFORMS) -> tuple[list, list]:
+    """The leading run of image-only transforms (cacheable per image) and the rest."""
+    n = 0
+    while n < len(transforms) and isinstance(transforms[n], kinds):
+        n += 1
+    return list(transforms[:n]), list(transforms[n:])
 
 
 def _nbytes(value: Any) -> int:

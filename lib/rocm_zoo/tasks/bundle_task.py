@@ -21,16 +21,6 @@ from pathlib import Path
 from typing import Any, Dict
 
 import torch
-from monai.transforms import (
-    CastToTyped,
-    EnsureChannelFirstd,
-    EnsureTyped,
-    LoadImaged,
-    NormalizeIntensityd,
-    Orientationd,
-    ScaleIntensityRanged,
-    Spacingd,
-)
 from monai.utils import TraceKeys
 from monailabel.interfaces.utils.transform import run_transforms
 from monailabel.tasks.infer.bundle import BundleInferTask
@@ -39,7 +29,7 @@ from monailabel.transform.pre import LoadImageTensord
 from rocm_zoo import phantom
 from rocm_zoo.backend import normalise_device
 from rocm_zoo.errors import ImageNotFound, InvalidRequest
-from rocm_zoo.image_cache import ImageCache, file_identity
+from rocm_zoo.image_cache import IMAGE_ONLY_TRANSFORMS, ImageCache, file_identity, split_image_only
 from rocm_zoo.overlay import load_config
 from rocm_zoo.pool import NetworkPool, NetworkSpec, compiled_graphs
 from rocm_zoo.registry import BUNDLES, TaskEntry
@@ -47,20 +37,6 @@ from rocm_zoo.tasks.label_writer import DeviceLabelWriter
 from rocm_zoo.volume_check import first_line
 
 logger = logging.getLogger(__name__)
-
-# Deterministic transforms that depend on the image alone: their output can be reused for every click on that image.
-IMAGE_ONLY = (
-    LoadImageTensord,
-    LoadImaged,
-    EnsureChannelFirstd,
-    Orientationd,
-    Spacingd,
-    ScaleIntensityRanged,
-    NormalizeIntensityd,
-    EnsureTyped,
-    CastToTyped,
-)
-
 
 class OverlayBundleTask(BundleInferTask):
     def __init__(
@@ -131,12 +107,7 @@ class OverlayBundleTask(BundleInferTask):
 
     # -- pre transforms with the per-image cache ---------------------------------------------------------------------
     def run_pre_transforms(self, data: Dict[str, Any], transforms):
-        n_image_only = 0
-        for t in transforms:
-            if not isinstance(t, IMAGE_ONLY):
-                break
-            n_image_only += 1
-        head, tail = transforms[:n_image_only], transforms[n_image_only:]
+        head, tail = split_image_only(transforms, IMAGE_ONLY_TRANSFORMS + (LoadImageTensord,))
         image = data.get(self.input_key)
         if not isinstance(image, str) or not head:
             return super().run_pre_transforms(data, transforms)
