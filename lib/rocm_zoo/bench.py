@@ -13,7 +13,6 @@ import json
 import logging
 import platform
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,7 +124,7 @@ def versions(device: str) -> dict[str, Any]:
 
 
 def run_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs: int = 20, warmup: int = 5,
-              device: str = "auto", compile_modes: list[str] | None = None) -> dict:
+              device: str = "auto", compile_modes: list[str] | None = None, command: str = "") -> dict:
     bundle_dir = Path(bundle_dir).resolve()
     entry = BUNDLES[bundle_dir.name]
     overlay = overlay or default_overlay(bundle_dir.name)
@@ -134,7 +133,7 @@ def run_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs: int =
     x = click_input(bundle_dir)
     record: dict[str, Any] = {
         "bundle": bundle_dir.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["rocm-zoo", "bench", *sys.argv[2:]]) if sys.argv[0].endswith("rocm-zoo") else "",
+        "command": command,
         "backend": describe(backend), "versions": versions(backend.device), "input_shape": list(x.shape),
         "runs": runs, "warmup": warmup, "variants": [],
     }

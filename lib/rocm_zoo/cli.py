@@ -55,7 +55,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     run_bench(bundle_dir=Path(args.bundle_dir), overlay=Path(args.overlay) if args.overlay else None,
               out_dir=Path(args.out), runs=args.runs, warmup=args.warmup, device=args.device,
-              compile_modes=args.compile_mode)
+              compile_modes=args.compile_mode, command=" ".join(["rocm-zoo", *sys.argv[1:]]))
     return 0
 
 
