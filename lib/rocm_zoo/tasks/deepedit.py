@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any, Dict
 
-import numpy as np
 from monai.apps.deepedit.transforms import AddGuidanceSignalDeepEditd
 
 from rocm_zoo import phantom
 from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.guidance import DeviceGuidanceSignald
+from rocm_zoo.masks import central_voxel
 from rocm_zoo.tasks.bundle_task import OverlayBundleTask
 
 
@@ -29,8 +29,7 @@ class DeepEditTask(OverlayBundleTask):
         return [(1, int(channels), *map(int, spatial))]
 
     def warm_request(self, p: phantom.Phantom) -> Dict[str, Any]:
-        spleen = np.argwhere(p.truth == phantom.ORGAN_LABELS["spleen"])
-        return {"spleen": [spleen[len(spleen) // 2].tolist()], "background": []}
+        return {"spleen": [central_voxel(p.truth == phantom.ORGAN_LABELS["spleen"])], "background": []}
 
     def pre_transforms(self, data=None):
         return [DeviceGuidanceSignald.replacing(t) if isinstance(t, AddGuidanceSignalDeepEditd) else t
