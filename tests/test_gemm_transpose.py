@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from rocm_zoo.gemm_transpose import GemmConvTranspose3d, count_gemm_transposes, enable_gemm_transpose
-from rocm_zoo.sample_bundle import build_network
+from rocm_zoo.sample_bundles.deepedit import build_network
 
 # fp32 sums in a different order than the convolution kernel: relative error ~1e-7; 1e-5 is the bar.
 REL_TOL = 1e-5

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import torch
 
-from rocm_zoo import phantom, sample_bundle
+from rocm_zoo import phantom
+from rocm_zoo.sample_bundles import SAMPLE_BUNDLES, deepedit, write_sample_bundle
+from rocm_zoo.sample_bundles.common import is_sample
 
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TRAINED_WEIGHTS = REPO_ROOT / "sample-data" / "weights" / f"{sample_bundle.DEEPEDIT}-tiny.pt"
+TRAINED_WEIGHTS = REPO_ROOT / "sample-data" / "weights" / f"{deepedit.NAME}-tiny.pt"
 
 
 @dataclass(frozen=True)
@@ -50,27 +52,37 @@ def write_studies(paths: SamplePaths, specs: list[phantom.PhantomSpec]) -> list[
 
 def write_deepedit_bundle(model_dir: Path, size: str, train: bool = False, train_steps: int = 1000) -> Path:
     """Writes (or replaces) the sample bundle; a real bundle already there is kept as it is."""
-    bundle = model_dir / sample_bundle.DEEPEDIT
-    meta = bundle / "configs" / "metadata.json"
-    if meta.exists() and "rocm_zoo" not in meta.read_text():
-        logger.warning("%s holds a real (non-sample) bundle: kept, no sample written", bundle)
-        return bundle
-    sample_bundle.write_bundle_files(bundle, size)
+    bundle = model_dir / deepedit.NAME
+    if not is_sample(bundle):
+        return write_sample_bundle(model_dir, deepedit.NAME, size)  # logs that it keeps the real one
     if train:
         from rocm_zoo.sample_train import train_deepedit
 
         # The full-size network is only trained where asked (on a GPU: a few minutes); the tiny one's weights are
         # committed, so training again replaces them.
+        deepedit.write_files(bundle, size)
         state = train_deepedit(bundle, steps=train_steps, device="auto")
         if size == "tiny":
             TRAINED_WEIGHTS.parent.mkdir(parents=True, exist_ok=True)
             torch.save(state, TRAINED_WEIGHTS)
-    elif size == "full":
-        state = sample_bundle.random_weights("full")
-    else:
-        state = torch.load(TRAINED_WEIGHTS, map_location="cpu", weights_only=True)
-    sample_bundle.write_weights(bundle, state)
-    return bundle
+        return write_sample_bundle(model_dir, deepedit.NAME, size, {"models/model.pt": state})
+    if size == "full":
+        return write_sample_bundle(model_dir, deepedit.NAME, size)
+    state = torch.load(TRAINED_WEIGHTS, map_location="cpu", weights_only=True)
+    return write_sample_bundle(model_dir, deepedit.NAME, size, {"models/model.pt": state})
+
+
+def write_bundles(model_dir: Path, size: str, names: tuple[str, ...] | None = None, train: bool = False,
+                  train_steps: int = 1000) -> list[Path]:
+    """The sample bundles named (default: all). DeepEdit's tiny weights are the committed phantom-trained ones; the
+    others are seeded random (untrained)."""
+    written = []
+    for name in names or tuple(SAMPLE_BUNDLES):
+        if name == deepedit.NAME:
+            written.append(write_deepedit_bundle(model_dir, size, train, train_steps))
+        else:
+            written.append(write_sample_bundle(model_dir, name, size))
+    return written
 
 
 def make_samples(paths: SamplePaths, size: str = "tiny", spleen10: bool = True, train: bool = False,
@@ -78,5 +90,6 @@ def make_samples(paths: SamplePaths, size: str = "tiny", spleen10: bool = True, 
     specs = phantom.test_specs() + ([phantom.SPLEEN10] if spleen10 else [])
     for image in write_studies(paths, specs):
         logger.info("study %s", image)
-    logger.info("bundle %s (%s)", write_deepedit_bundle(paths.model_dir, size, train, train_steps), size)
+    for bundle in write_bundles(paths.model_dir, size, train=train, train_steps=train_steps):
+        logger.info("bundle %s (%s)", bundle, size)
 

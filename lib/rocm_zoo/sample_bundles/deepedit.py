@@ -8,14 +8,13 @@ seeded weights, for GPU benchmarks. Neither is a clinical model.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import torch
 
-SIZES = ("tiny", "full")
-DEEPEDIT = "spleen_deepedit_annotation"
+from rocm_zoo.sample_bundles.common import check_size, sample_version, write_json, write_text, write_torch
+
+NAME = "spleen_deepedit_annotation"
 TINY_FILTERS = [8, 16, 32, 48, 64, 64]
 TINY_SPATIAL = [64, 64, 64]
 FULL_SPATIAL = [128, 128, 128]
@@ -137,7 +136,7 @@ def metadata(size: str) -> dict:
     spatial = TINY_SPATIAL if size == "tiny" else FULL_SPATIAL
     trained = "trained on rocm_zoo's synthetic phantoms" if size == "tiny" else "untrained (seeded random)"
     return {
-        "version": f"0.5.0+rocm_zoo.sample.{size}",
+        "version": sample_version("0.5.0", size),
         "name": "Spleen DeepEdit annotation (rocm_zoo sample)",
         "task": "Decathlon spleen segmentation",
         "description": f"rocm_zoo SAMPLE of the Model Zoo spleen DeepEdit bundle, {size} size, weights {trained}. "
@@ -154,21 +153,13 @@ def metadata(size: str) -> dict:
     }
 
 
-def _write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_bundle_files(bundle_dir: Path, size: str) -> None:
-    """Configs and scripts; weights are written by `write_weights`."""
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {SIZES}, not '{size}'")
-    _write_text(bundle_dir / "configs" / "inference.json", json.dumps(inference_config(size), indent=4) + "\n")
-    _write_text(bundle_dir / "configs" / "metadata.json", json.dumps(metadata(size), indent=4) + "\n")
-    _write_text(bundle_dir / "scripts" / "__init__.py", "")
-    _write_text(bundle_dir / "scripts" / "transforms.py", _SCRIPTS_TRANSFORMS)
+def write_files(bundle_dir: Path, size: str) -> None:
+    """Configs and scripts; weights are written by `rocm_zoo.sample_bundles.write_sample_bundle`."""
+    check_size(size)
+    write_json(bundle_dir / "configs" / "inference.json", inference_config(size))
+    write_json(bundle_dir / "configs" / "metadata.json", metadata(size))
+    write_text(bundle_dir / "scripts" / "__init__.py", "")
+    write_text(bundle_dir / "scripts" / "transforms.py", _SCRIPTS_TRANSFORMS)
 
 
 def build_network(size: str) -> torch.nn.Module:
@@ -180,14 +171,7 @@ def build_network(size: str) -> torch.nn.Module:
     return DynUNet(**kwargs)
 
 
-def write_weights(bundle_dir: Path, state_dict: dict) -> None:
-    path = bundle_dir / "models" / "model.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("model.pt.tmp")
-    torch.save(state_dict, tmp)
-    os.replace(tmp, path)
-
-
-def random_weights(size: str, seed: int = 0) -> dict:
+def random_weights(size: str, seed: int = 0) -> dict[str, dict]:
+    """Seeded untrained weights, by file inside the bundle."""
     torch.manual_seed(seed)
-    return build_network(size).state_dict()
+    return {"models/model.pt": build_network(size).state_dict()}

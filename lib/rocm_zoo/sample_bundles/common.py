@@ -1,0 +1,45 @@
+"""What every sample bundle writer shares: atomic file writes and the mark that tells a sample from a real bundle."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+SIZES = ("tiny", "full")
+SAMPLE_MARK = "rocm_zoo.sample"  # in metadata.json "version" of every sample bundle; real bundles never carry it
+
+
+def check_size(size: str) -> None:
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, not '{size}'")
+
+
+def sample_version(upstream_version: str, size: str) -> str:
+    return f"{upstream_version}+{SAMPLE_MARK}.{size}"
+
+
+def is_sample(bundle_dir: Path) -> bool:
+    """True for a folder rocm_zoo may (re)write: empty, or holding one of its own samples."""
+    meta = Path(bundle_dir) / "configs" / "metadata.json"
+    return not meta.exists() or SAMPLE_MARK in meta.read_text()
+
+
+def write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, data: dict) -> None:
+    write_text(path, json.dumps(data, indent=4) + "\n")
+
+
+def write_torch(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
