@@ -40,6 +40,9 @@ class OverlaySettings:
     compile: bool = False
     compile_mode: str | None = None  # torch.compile mode: None (default), "max-autotune", ...
     gemm_transpose: bool = False
+    # Compile these submodules (attribute paths) instead of the whole network: for networks whose forward has
+    # data-dependent control flow around compute-heavy parts (VISTA3D: image encoder and class head).
+    compile_submodules: tuple[str, ...] | None = None
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> OverlaySettings:
@@ -49,6 +52,12 @@ class OverlaySettings:
                 near = difflib.get_close_matches(key, known, n=1)
                 hint = f" Did you mean '{near[0]}'?" if near else ""
                 raise ConfigError(f"Unknown key '{key}' in the '{SETTINGS_KEY}' overlay block.{hint} Known: {known}")
+        raw = dict(raw)
+        subs = raw.get("compile_submodules")
+        if subs is not None:
+            if isinstance(subs, str) or not all(isinstance(n, str) and n for n in subs):
+                raise ConfigError("'compile_submodules' must be null or a list of submodule names")
+            raw["compile_submodules"] = tuple(subs)
         settings = cls(**raw)
         for flag in ("compile", "gemm_transpose"):
             if not isinstance(getattr(settings, flag), bool):
@@ -112,6 +121,27 @@ def prepare_network(network: nn.Module, settings: OverlaySettings | dict, device
     if settings.gemm_transpose:
         enable_gemm_transpose(network)
     return network.to(memory_format=MEMORY_FORMATS[settings.memory_format])
+
+
+def compile_network(network: nn.Module, settings: OverlaySettings | dict) -> nn.Module:
+    """Compile in place (`nn.Module.compile`): the module object, its state-dict keys and every reference to it stay
+    the same, so it can be called from the bundle's `initialize` after the checkpoint is loaded. Returns the module."""
+    if isinstance(settings, dict):
+        settings = OverlaySettings.from_dict(settings)
+    if not settings.compile:
+        return network
+    for module in submodules_to_compile(network, settings):
+        module.compile(mode=settings.compile_mode, dynamic=False)
+    return network
+
+
+def submodules_to_compile(network: nn.Module, settings: OverlaySettings) -> list[nn.Module]:
+    if settings.compile_submodules is None:
+        return [network]
+    try:
+        return [network.get_submodule(name) for name in settings.compile_submodules]
+    except AttributeError as e:
+        raise ConfigError(f"compile_submodules: {e} (in {type(network).__name__})") from e
 
 
 def load_weights(network: nn.Module, weights: Path) -> None:

@@ -21,7 +21,7 @@ from torch import nn
 
 from rocm_zoo.backend import Backend, detect_backend, normalise_device
 from rocm_zoo.overlay import AMP_DTYPES, MEMORY_FORMATS, OverlaySettings, bundle_on_path, load_config, load_weights
-from rocm_zoo.overlay import prepare_network, read_settings
+from rocm_zoo.overlay import compile_network, prepare_network, read_settings
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +58,8 @@ def compiled_graphs() -> int:
 @dataclass
 class WarmNetwork:
     key: PoolKey
-    eager: nn.Module  # the loaded, layout-optimised module (never compiled)
-    runner: Any  # what requests call: torch.compile(eager) or eager itself
+    eager: nn.Module  # the loaded, layout-optimised module (its submodules compiled in place when the overlay says so)
+    runner: Any  # what requests call: torch.compile(eager), or eager itself
     backend: Backend
     settings: OverlaySettings
     weights_path: Path
@@ -72,11 +72,17 @@ class WarmNetwork:
     def dtype(self) -> torch.dtype:
         return AMP_DTYPES[self.key.dtype]
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """Run on a batch; returns float32 logits on the device. MetaTensors go in as plain tensors so the compiled
-        graph sees one input type."""
+    def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Run on a batch; returns float32 outputs on the device. MetaTensors go in as plain tensors so the compiled
+        graph sees one input type. A batch smaller than a warmed one of the same window (a sliding window's last
+        batch) is padded to it, so it runs the compiled graph instead of compiling another; extra arguments
+        (prompts) go to the network as they are."""
         x = x.as_tensor() if hasattr(x, "as_tensor") else x
         x = x.to(self.backend.device, dtype=torch.float32)
+        n = x.shape[0]
+        full = self.padded_batch(tuple(x.shape)) if not (args or kwargs) else n
+        if full > n:
+            x = torch.cat([x, x.new_zeros((full - n, *x.shape[1:]))])
         x = x.contiguous(memory_format=MEMORY_FORMATS[self.key.memory_format])
         autocast = (
             torch.autocast(self.backend.device.split(":")[0], dtype=self.dtype)
@@ -84,8 +90,15 @@ class WarmNetwork:
             else nullcontext()
         )
         with self._lock, torch.no_grad(), autocast:
-            y = self.runner(x)
-        return y.float()
+            y = self.runner(x, *args, **kwargs)
+        return y[:n].float() if full > n else y.float()
+
+    def padded_batch(self, shape: tuple[int, ...]) -> int:
+        """The batch size to run `shape` at: its own if warmed, else the smallest warmed larger batch of that window."""
+        if shape in self.warmed_shapes:
+            return shape[0]
+        larger = [s[0] for s in self.warmed_shapes if s[1:] == shape[1:] and s[0] > shape[0]]
+        return min(larger, default=shape[0])
 
     def warm(self, shapes: Sequence[Sequence[int]]) -> float:
         """Compile and run at each exact input shape; returns the seconds it took."""
@@ -132,7 +145,12 @@ def build_network(spec: NetworkSpec) -> WarmNetwork:
     load_weights(network, weights)
     network = prepare_network(network.eval(), settings, backend.device)
     compile_mode = (settings.compile_mode or "default") if backend.compile else "eager"
-    runner = torch.compile(network, mode=settings.compile_mode, dynamic=False) if backend.compile else network
+    if not backend.compile:
+        runner = network
+    elif settings.compile_submodules is None:
+        runner = torch.compile(network, mode=settings.compile_mode, dynamic=False)
+    else:
+        runner = compile_network(network, settings)
     key = PoolKey(
         bundle=Path(spec.bundle_dir).name,
         device=backend.device,
