@@ -25,12 +25,12 @@ SAMPLE_BUNDLES: dict[str, ModuleType] = {m.NAME: m for m in (deepedit,)}
 __all__ = ["SAMPLE_BUNDLES", "SIZES", "write_sample_bundle"]
 
 
-def write_sample_bundle(model_dir: Path, name: str, size: str, weights: dict[str, dict] | None = None,
+def write_sample_bundle(model_dir: Path, bundle: str | ModuleType, size: str, weights: dict[str, dict] | None = None,
                         seed: int = 0) -> Path:
-    """Write (or replace) the sample bundle `name`; `weights` (by file) default to seeded random ones.
-    A real bundle already there is kept as it is."""
-    module = SAMPLE_BUNDLES[name]
-    bundle = Path(model_dir) / name
+    """Write (or replace) a sample bundle (by name, or its module); `weights` (by file) default to seeded random
+    ones. A real bundle already there is kept as it is."""
+    module = SAMPLE_BUNDLES[bundle] if isinstance(bundle, str) else bundle
+    bundle = Path(model_dir) / module.NAME
     if not is_sample(bundle):
         logger.warning("%s holds a real (non-sample) bundle: kept, no sample written", bundle)
         return bundle
