@@ -53,9 +53,14 @@ def _env(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from rocm_zoo.bench import run_bench
 
-    run_bench(bundle_dir=Path(args.bundle_dir), overlay=Path(args.overlay) if args.overlay else None,
-              out_dir=Path(args.out), runs=args.runs, warmup=args.warmup, device=args.device,
-              compile_modes=args.compile_mode, command=" ".join(["rocm-zoo", *sys.argv[1:]]))
+    if args.overlay and len(args.bundle_dir) > 1:
+        raise SystemExit("rocm-zoo bench: --overlay names one bundle's overlay; give one --bundle-dir with it")
+    command = " ".join(["rocm-zoo", *sys.argv[1:]])
+    for bundle_dir in map(Path, args.bundle_dir):
+        run_bench(bundle_dir=bundle_dir, overlay=Path(args.overlay) if args.overlay else None,
+                  out_dir=Path(args.out) / bundle_dir.resolve().name, runs=args.runs, warmup=args.warmup,
+                  device=args.device, compile_modes=args.compile_mode, sw_batch_sizes=args.sw_batch_size,
+                  command=command)
     return 0
 
 
@@ -67,8 +72,8 @@ def _bench_click(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_arguments(s: argparse.ArgumentParser, bundle_help: str, out_help: str) -> None:
-    s.add_argument("--bundle-dir", required=True, help=bundle_help)
+def _bench_arguments(s: argparse.ArgumentParser, bundle_help: str, out_help: str, repeatable: bool = False) -> None:
+    s.add_argument("--bundle-dir", required=True, help=bundle_help, action="append" if repeatable else "store")
     s.add_argument("--overlay", help="overlay file (default apps/rocm_zoo/overlays/<bundle>/inference_rocm.json)")
     s.add_argument("--out", default="bench-out", help=out_help)
     s.add_argument("--runs", type=int, default=20)
@@ -107,10 +112,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="auto")
     s.set_defaults(func=_env)
 
-    s = sub.add_parser("bench", help="time a bundle's network: fp32 eager baseline vs the overlay, with Dice")
-    _bench_arguments(s, "the bundle folder (real or sample)", "folder for the JSON record, markdown table and plot")
+    s = sub.add_parser("bench", help="time bundles' network/inferer: fp32 eager baseline vs the overlay, with Dice")
+    _bench_arguments(s, "a bundle folder (real or sample); repeatable: one run per bundle",
+                     "folder for <bundle>/bench.json, bench.md and bench.png", repeatable=True)
     s.add_argument("--compile-mode", action="append", default=None,
                    help="torch.compile modes to compare, repeatable (default: the overlay's)")
+    s.add_argument("--sw-batch-size", action="append", type=int, default=None,
+                   help="also time the overlay with this sliding-window batch size, repeatable")
     s.set_defaults(func=_bench)
 
     s = sub.add_parser("bench-click", help="click-to-mask time in one process: stock DeepEdit path vs rocm_zoo's")

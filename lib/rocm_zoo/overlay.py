@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import logging
 import sys
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -78,18 +79,24 @@ def overlay_path(overlays_dir: Path, bundle_name: str) -> Path:
     return Path(overlays_dir) / bundle_name / OVERLAY_FILE
 
 
+# Held while a bundle's config is instantiated: `scripts` is one module name shared by every bundle, so two bundles
+# (or a background warm-up and a request) must not resolve it at the same time.
+BUNDLE_IMPORT_LOCK = threading.RLock()
+
+
 @contextmanager
 def bundle_on_path(bundle_dir: Path) -> Iterator[None]:
     """Bundles import their own `scripts` package by that name, so the bundle root goes first on sys.path, and any
     `scripts` another bundle imported before is forgotten."""
     root = str(bundle_dir)
-    for name in [m for m in sys.modules if m == "scripts" or m.startswith("scripts.")]:
-        del sys.modules[name]
-    sys.path.insert(0, root)
-    try:
-        yield
-    finally:
-        sys.path.remove(root)
+    with BUNDLE_IMPORT_LOCK:
+        for name in [m for m in sys.modules if m == "scripts" or m.startswith("scripts.")]:
+            del sys.modules[name]
+        sys.path.insert(0, root)
+        try:
+            yield
+        finally:
+            sys.path.remove(root)
 
 
 def load_config(bundle_dir: Path, config_rel: str, overlays: Sequence[Path] = ()) -> ConfigParser:

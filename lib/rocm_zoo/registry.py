@@ -13,7 +13,7 @@ class BundleEntry:
     name: str  # directory name of the Model Zoo bundle, as downloaded
     config: str  # inference config inside the bundle
     weights: str  # weights file inside the bundle
-    input_shape: tuple[int, ...]  # exact network input (batch, channels, *spatial) at full size; warmed at start
+    inferer: str  # how the bundle runs its network: "simple" (one forward), "sliding_window", "vista3d" (prompts)
 
 
 @dataclass(frozen=True)
@@ -26,12 +26,14 @@ class TaskEntry:
 
 
 BUNDLES: dict[str, BundleEntry] = {
-    "spleen_deepedit_annotation": BundleEntry(
-        name="spleen_deepedit_annotation",
-        config="configs/inference.json",
-        weights="models/model.pt",
-        input_shape=(1, 3, 128, 128, 128),
-    ),
+    b.name: b
+    for b in (
+        BundleEntry("spleen_deepedit_annotation", "configs/inference.json", "models/model.pt", "simple"),
+        BundleEntry("vista3d", "configs/inference.json", "models/model.pt", "vista3d"),
+        BundleEntry("swin_unetr_btcv_segmentation", "configs/inference.json", "models/model.pt", "sliding_window"),
+        BundleEntry("wholeBody_ct_segmentation", "configs/inference.json", "models/model.pt", "sliding_window"),
+        BundleEntry("pancreas_ct_dints_segmentation", "configs/inference.yaml", "models/model.pt", "sliding_window"),
+    )
 }
 
 TASKS: dict[str, TaskEntry] = {
@@ -39,6 +41,9 @@ TASKS: dict[str, TaskEntry] = {
     for t in (
         TaskEntry("spleen_deepedit", "spleen_deepedit", "spleen_deepedit_annotation", "deepedit", True),
         TaskEntry("spleen_deepedit_seg", "spleen_deepedit", "spleen_deepedit_annotation", "segmentation", True),
+        TaskEntry("wholeBody_ct", "wholeBody_ct", "wholeBody_ct_segmentation", "segmentation", False),
+        TaskEntry("swin_unetr_btcv", "swin_unetr_btcv", "swin_unetr_btcv_segmentation", "segmentation", False),
+        TaskEntry("pancreas_ct_dints", "pancreas_ct_dints", "pancreas_ct_dints_segmentation", "segmentation", False),
     )
 }
 

@@ -30,7 +30,7 @@ from rocm_zoo import phantom
 from rocm_zoo.backend import normalise_device
 from rocm_zoo.errors import ImageNotFound, InvalidRequest
 from rocm_zoo.image_cache import IMAGE_ONLY_TRANSFORMS, ImageCache, file_identity, split_image_only
-from rocm_zoo.overlay import load_config
+from rocm_zoo.overlay import BUNDLE_IMPORT_LOCK, load_config
 from rocm_zoo.pool import NetworkPool, NetworkSpec, compiled_graphs
 from rocm_zoo.registry import BUNDLES, TaskEntry
 from rocm_zoo.tasks.label_writer import DeviceLabelWriter
@@ -92,6 +92,20 @@ class OverlayBundleTask(BundleInferTask):
     def warm_request(self, p: phantom.Phantom) -> Dict[str, Any]:
         """Task-specific request parameters for the warm-up run (clicks, prompts)."""
         return {}
+
+    # MONAI Label instantiates the bundle's transforms and inferer per request with the bundle's `scripts` on
+    # sys.path; one bundle at a time, since a background warm-up may be doing the same for another bundle.
+    def pre_transforms(self, data=None):
+        with BUNDLE_IMPORT_LOCK:
+            return super().pre_transforms(data)
+
+    def inferer(self, data=None):
+        with BUNDLE_IMPORT_LOCK:
+            return super().inferer(data)
+
+    def post_transforms(self, data=None):
+        with BUNDLE_IMPORT_LOCK:
+            return super().post_transforms(data)
 
     def _get_network(self, device, data):
         # Always the task's configured device: a per-request device would mean a network nobody warmed.

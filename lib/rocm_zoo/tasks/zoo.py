@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,16 @@ from rocm_zoo.pool import NetworkPool
 from rocm_zoo.registry import BUNDLES, TaskEntry, tasks_of
 from rocm_zoo.tasks.bundle_task import OverlayBundleTask
 from rocm_zoo.tasks.deepedit import DeepEditTask
+from rocm_zoo.tasks.segmentation import SegmentationTask
 
 logger = logging.getLogger(__name__)
 
-TASK_CLASSES: dict[str, type[OverlayBundleTask]] = {"spleen_deepedit_annotation": DeepEditTask}
+TASK_CLASSES: dict[str, type[OverlayBundleTask]] = {
+    "spleen_deepedit_annotation": DeepEditTask,
+    "wholeBody_ct_segmentation": SegmentationTask,
+    "swin_unetr_btcv_segmentation": SegmentationTask,
+    "pancreas_ct_dints_segmentation": SegmentationTask,
+}
 
 HOW_TO_GET_BUNDLES = (
     "Put the Model Zoo bundle there (e.g. `python -m monai.bundle download {bundle} --bundle_dir {model_dir}` on a "
@@ -59,6 +66,8 @@ class Zoo:
         self.image_cache = ImageCache(int(self.config.image_cache_gb * 2**30))
         self.tasks: dict[str, OverlayBundleTask] = {}
         self.missing: dict[str, str] = {}
+        self.warm_state: dict[str, str] = {}  # per task: pending, warming, warm (N s), failed: why
+        self._background: threading.Thread | None = None
         for model in self.config.models:
             for entry in tasks_of(model):
                 self._add(entry)
@@ -75,13 +84,51 @@ class Zoo:
         cls = TASK_CLASSES[entry.bundle]
         self.tasks[entry.name] = cls(entry, bundle_dir, (overlay,), self.pool, self.image_cache, self.backend.device)
 
-    def warm(self) -> None:
-        """Interactive models first: the clinician waiting for a first click matters most."""
-        order = sorted(self.tasks.values(), key=lambda t: not t.entry.interactive)
-        for task in order:
-            start = time.perf_counter()
+    def warm(self, background: bool = True) -> None:
+        """Interactive models warm now, before the server answers: a clinician's first click must not wait for a
+        compiler. Batch models then warm in a background thread while the server already answers; a request for one
+        that is still warming waits for it in the pool (one build per network, never a second compile)."""
+        interactive = [t for t in self.tasks.values() if t.entry.interactive]
+        batch = [t for t in self.tasks.values() if not t.entry.interactive]
+        for task in self.tasks.values():
+            self.warm_state[task.entry.name] = "pending"
+        for task in interactive:
+            self._warm_one(task, reraise=True)
+        if not batch:
+            return
+        if background:
+            self._background = threading.Thread(target=self._warm_all, args=(batch,), name="rocm_zoo-warm", daemon=True)
+            self._background.start()
+        else:
+            self._warm_all(batch)
+
+    def _warm_all(self, tasks: list[OverlayBundleTask]) -> None:
+        for task in tasks:
+            self._warm_one(task, reraise=False)
+
+    def _warm_one(self, task: OverlayBundleTask, reraise: bool) -> None:
+        name = task.entry.name
+        self.warm_state[name] = "warming"
+        start = time.perf_counter()
+        try:
             task.warm()
-            logger.info("rocm_zoo: %s warm (%.1f s)", task.entry.name, time.perf_counter() - start)
+        except Exception as e:
+            # A batch model that cannot warm must not take the server down with it; its requests will say why.
+            self.warm_state[name] = f"failed: {type(e).__name__}: {e}"
+            logger.exception("rocm_zoo: %s could not be warmed", name)
+            if reraise:
+                raise
+            return
+        seconds = time.perf_counter() - start
+        self.warm_state[name] = f"warm ({seconds:.1f} s)"
+        logger.info("rocm_zoo: %s warm (%.1f s)", name, seconds)
+
+    def wait_warm(self, timeout: float | None = None) -> bool:
+        """Block until background warm-up is done (tests, benchmarks). True when nothing is still warming."""
+        if self._background is not None:
+            self._background.join(timeout)
+            return not self._background.is_alive()
+        return True
 
     def info(self) -> dict[str, Any]:
-        return {"backend": describe(self.backend), "missing": self.missing}
+        return {"backend": describe(self.backend), "missing": self.missing, "warm": dict(self.warm_state)}
