@@ -72,6 +72,16 @@ def _bench_click(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_warmup(args: argparse.Namespace) -> int:
+    from rocm_zoo.bench_warmup import run_warmup_bench
+
+    shapes = [[int(n) for n in s.split("x")] for s in args.shape]
+    run_warmup_bench(bundle_dir=Path(args.bundle_dir), shapes=shapes, out_dir=Path(args.out), device=args.device,
+                     restarts=args.restarts, cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+                     command=" ".join(["rocm-zoo", *sys.argv[1:]]))
+    return 0
+
+
 def _bench_arguments(s: argparse.ArgumentParser, bundle_help: str, out_help: str, repeatable: bool = False) -> None:
     s.add_argument("--bundle-dir", required=True, help=bundle_help, action="append" if repeatable else "store")
     s.add_argument("--overlay", help="overlay file (default apps/rocm_zoo/overlays/<bundle>/inference_rocm.json)")
@@ -124,6 +134,16 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bench-click", help="click-to-mask time in one process: stock DeepEdit path vs rocm_zoo's")
     _bench_arguments(s, "a DeepEdit bundle folder (real or sample)", "folder for click.json")
     s.set_defaults(func=_bench_click)
+
+    s = sub.add_parser("bench-warmup", help="network warm-up time: cold start vs restarts that reuse the compile cache")
+    s.add_argument("--bundle-dir", required=True, help="a bundle folder (real or sample)")
+    s.add_argument("--shape", action="append", required=True,
+                   help="network input to warm, e.g. 4x1x96x96x96 (the task's warmed shape; see /info), repeatable")
+    s.add_argument("--out", default="bench-out", help="folder for warmup-<bundle>.json")
+    s.add_argument("--device", default="auto")
+    s.add_argument("--restarts", type=int, default=2, help="starts after the cold one (default 2)")
+    s.add_argument("--cache-dir", help="empty folder for the Inductor cache (default: a new temp folder)")
+    s.set_defaults(func=_bench_warmup)
     return p
 
 
