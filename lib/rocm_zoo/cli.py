@@ -17,7 +17,8 @@ def _sample(args: argparse.Namespace) -> int:
     paths = SamplePaths(
         studies=Path(args.studies or d.studies), truth=Path(args.truth or d.truth), model_dir=Path(args.model_dir or d.model_dir)
     )
-    make_samples(paths, size=args.size, spleen10=not args.no_spleen10, train=args.train, train_steps=args.train_steps)
+    make_samples(paths, size=args.size, spleen10=not args.no_spleen10, train=args.train, train_steps=args.train_steps,
+                 bundles=tuple(args.bundle) if args.bundle else None)
     print(f"studies: {paths.studies}\ntruth:   {paths.truth}\nbundles: {paths.model_dir}")
     return 0
 
@@ -104,6 +105,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--truth", help="folder for their truth masks (default sample-data/truth)")
     s.add_argument("--model-dir", help="where bundles go (default apps/rocm_zoo/model)")
     s.add_argument("--no-spleen10", action="store_true", help="skip the 512x512x55 spleen_10-shaped phantom")
+    s.add_argument("--bundle", action="append",
+                   help="write only this sample bundle (folder name, e.g. wholeBody_ct_segmentation), repeatable")
     s.add_argument("--train", action="store_true",
                    help="train the DeepEdit weights on phantoms (tiny: ~5 min on 2 CPU cores, replaces the committed "
                    "weights; full: use a GPU)")

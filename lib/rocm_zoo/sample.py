@@ -78,6 +78,8 @@ def write_bundles(model_dir: Path, size: str, names: tuple[str, ...] | None = No
     others are seeded random (untrained)."""
     written = []
     for name in names or tuple(SAMPLE_BUNDLES):
+        if name not in SAMPLE_BUNDLES:
+            raise ValueError(f"No sample bundle '{name}'; there are: {', '.join(SAMPLE_BUNDLES)}")
         if name == deepedit.NAME:
             written.append(write_deepedit_bundle(model_dir, size, train, train_steps))
         else:
@@ -86,10 +88,10 @@ def write_bundles(model_dir: Path, size: str, names: tuple[str, ...] | None = No
 
 
 def make_samples(paths: SamplePaths, size: str = "tiny", spleen10: bool = True, train: bool = False,
-                 train_steps: int = 1000) -> None:
+                 train_steps: int = 1000, bundles: tuple[str, ...] | None = None) -> None:
     specs = phantom.test_specs() + ([phantom.SPLEEN10] if spleen10 else [])
     for image in write_studies(paths, specs):
         logger.info("study %s", image)
-    for bundle in write_bundles(paths.model_dir, size, train=train, train_steps=train_steps):
+    for bundle in write_bundles(paths.model_dir, size, bundles, train=train, train_steps=train_steps):
         logger.info("bundle %s (%s)", bundle, size)
 
