@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from rocm_zoo import phantom
-from rocm_zoo.sample import SamplePaths, write_deepedit_bundle, write_studies
+from rocm_zoo.sample import SamplePaths, write_bundles, write_studies
 
 REPO = Path(__file__).resolve().parents[1]
 # An LPS-stored, anisotropic phantom: clicks and masks must land right whatever the storage orientation.
@@ -48,7 +48,7 @@ def sample_env(tmp_path_factory) -> SampleEnv:
     paths = SamplePaths(studies=root / "studies", truth=root / "truth", model_dir=app_dir / "model")
     specs = tuple(phantom.test_specs()) + (LPS_SPEC,)
     write_studies(paths, list(specs))
-    write_deepedit_bundle(paths.model_dir, "tiny")
+    write_bundles(paths.model_dir, "tiny")
     return SampleEnv(root, app_dir, paths, specs)
 
 

@@ -43,7 +43,8 @@ class Variant:
     extra: dict  # more overlay keys merged last
 
 
-def variants(bundle: str, compile_modes: list[str] | None, sw_batch_sizes: list[int] | None = None) -> list[Variant]:
+def variants(bundle: str, compile_modes: list[str] | None, sw_batch_sizes: list[int] | None = None,
+             extra: dict[str, dict] | None = None) -> list[Variant]:
     out = [Variant("fp32 eager (bundle as shipped)", False, {}), Variant("overlay", True, {})]
     if bundle == "spleen_deepedit_annotation":
         out.append(Variant("overlay without gemm transpose", True, {"rocm_overlay#gemm_transpose": False}))
@@ -51,6 +52,8 @@ def variants(bundle: str, compile_modes: list[str] | None, sw_batch_sizes: list[
         out.append(Variant(f"overlay, compile mode {mode}", True, {"rocm_overlay#compile_mode": mode}))
     for n in sw_batch_sizes or []:
         out.append(Variant(f"overlay, sw_batch_size {n}", True, {"inferer#sw_batch_size": n}))
+    for name, keys in (extra or {}).items():
+        out.append(Variant(f"overlay, {name}", True, keys))
     return out
 
 
@@ -135,7 +138,7 @@ def _row(variant: Variant, prepared: Prepared, net, device: str, runs: int, warm
 
 def run_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs: int = 20, warmup: int = 5,
               device: str = "auto", compile_modes: list[str] | None = None, sw_batch_sizes: list[int] | None = None,
-              command: str = "") -> dict:
+              extra_variants: dict[str, dict] | None = None, command: str = "") -> dict:
     bundle_dir = Path(bundle_dir).resolve()
     entry = BUNDLES[bundle_dir.name]
     overlay = overlay or default_overlay(bundle_dir.name)
@@ -148,7 +151,7 @@ def run_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs: int =
         "runs": runs, "warmup": warmup, "rows": [],
     }
     refs: dict[str, Any] = {}
-    for i, v in enumerate(variants(bundle_dir.name, compile_modes, sw_batch_sizes)):
+    for i, v in enumerate(variants(bundle_dir.name, compile_modes, sw_batch_sizes, extra_variants)):
         files: tuple[Path, ...] = (overlay,) if v.overlay else ()
         if v.extra:
             extra = out_dir / f"{bundle_dir.name}-variant-{i}.json"
@@ -156,7 +159,7 @@ def run_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs: int =
             files += (extra,)
         net = build_network(NetworkSpec(bundle_dir, entry.config, entry.weights, files, backend.device))
         for p in prepared:
-            if v.extra.get("inferer#sw_batch_size"):
+            if any(k.startswith("inferer") for k in v.extra):
                 p = prepare_with_inferer(bundle_dir, p, files)
             row, labels = _row(v, p, net, backend.device, runs, warmup, refs.get(p.workload.name))
             refs.setdefault(p.workload.name, labels)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -57,11 +58,18 @@ def _bench(args: argparse.Namespace) -> int:
     if args.overlay and len(args.bundle_dir) > 1:
         raise SystemExit("rocm-zoo bench: --overlay names one bundle's overlay; give one --bundle-dir with it")
     command = " ".join(["rocm-zoo", *sys.argv[1:]])
+    extra = {}
+    for spec in args.variant or []:
+        name, _, keys = spec.partition("=")
+        try:
+            extra[name.strip()] = json.loads(keys)
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"--variant {spec!r}: expected NAME={{JSON of overlay keys}} ({e})") from e
     for bundle_dir in map(Path, args.bundle_dir):
         run_bench(bundle_dir=bundle_dir, overlay=Path(args.overlay) if args.overlay else None,
                   out_dir=Path(args.out) / bundle_dir.resolve().name, runs=args.runs, warmup=args.warmup,
                   device=args.device, compile_modes=args.compile_mode, sw_batch_sizes=args.sw_batch_size,
-                  command=command)
+                  extra_variants=extra, command=command)
     return 0
 
 
@@ -132,6 +140,9 @@ def parser() -> argparse.ArgumentParser:
                    help="torch.compile modes to compare, repeatable (default: the overlay's)")
     s.add_argument("--sw-batch-size", action="append", type=int, default=None,
                    help="also time the overlay with this sliding-window batch size, repeatable")
+    s.add_argument("--variant", action="append", metavar="NAME=JSON",
+                   help='also time the overlay with these config keys merged last, e.g. '
+                   '\'eager bf16={"rocm_overlay#compile": false}\', repeatable')
     s.set_defaults(func=_bench)
 
     s = sub.add_parser("bench-click", help="click-to-mask time in one process: stock DeepEdit path vs rocm_zoo's")

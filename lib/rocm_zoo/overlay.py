@@ -44,6 +44,9 @@ class OverlaySettings:
     # Compile these submodules (attribute paths) instead of the whole network: for networks whose forward has
     # data-dependent control flow around compute-heavy parts (VISTA3D: image encoder and class head).
     compile_submodules: tuple[str, ...] | None = None
+    # Let cuDNN (MIOpen on ROCm) time its convolution algorithms for each new shape and keep the fastest. Safe here
+    # because the shapes are fixed and warmed; a process-wide switch, so every overlay of a server should agree.
+    cudnn_benchmark: bool = False
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> OverlaySettings:
@@ -60,7 +63,7 @@ class OverlaySettings:
                 raise ConfigError("'compile_submodules' must be null or a list of submodule names")
             raw["compile_submodules"] = tuple(subs)
         settings = cls(**raw)
-        for flag in ("compile", "gemm_transpose"):
+        for flag in ("compile", "gemm_transpose", "cudnn_benchmark"):
             if not isinstance(getattr(settings, flag), bool):
                 raise ConfigError(f"'{flag}' in the '{SETTINGS_KEY}' block must be true or false (JSON booleans)")
         if settings.compile_mode is not None and not isinstance(settings.compile_mode, str):

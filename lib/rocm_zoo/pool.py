@@ -124,6 +124,7 @@ class WarmNetwork:
             "compiled": self.key.compile_mode != "eager",
             "compile_mode": self.key.compile_mode,
             "gemm_transpose": self.key.gemm_transpose,
+            "cudnn_benchmark": self.settings.cudnn_benchmark,
             "warm": bool(self.warmed_shapes),
             "warmed_shapes": [list(s) for s in self.warmed_shapes],
             "warmup_seconds": self.warm_seconds,
@@ -139,6 +140,8 @@ def build_network(spec: NetworkSpec) -> WarmNetwork:
         spec.device, want_bf16=settings.amp_dtype != "float32", want_compile=settings.compile
     )
     dtype = settings.amp_dtype if backend.bf16 else "float32"
+    if backend.device.startswith("cuda"):
+        torch.backends.cudnn.benchmark = settings.cudnn_benchmark
     with bundle_on_path(spec.bundle_dir):
         network = parser.get_parsed_content("network_def", instantiate=True)
     weights = Path(spec.bundle_dir) / spec.weights
