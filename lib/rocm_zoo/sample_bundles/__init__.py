@@ -15,12 +15,14 @@ import logging
 from pathlib import Path
 from types import ModuleType
 
-from rocm_zoo.sample_bundles import deepedit
+from rocm_zoo.sample_bundles import deepedit, pancreas_dints, swin_unetr_btcv, vista3d, wholebody_ct
 from rocm_zoo.sample_bundles.common import SIZES, is_sample, write_torch
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_BUNDLES: dict[str, ModuleType] = {m.NAME: m for m in (deepedit,)}
+SAMPLE_BUNDLES: dict[str, ModuleType] = {
+    m.NAME: m for m in (deepedit, vista3d, swin_unetr_btcv, wholebody_ct, pancreas_dints)
+}
 
 __all__ = ["SAMPLE_BUNDLES", "SIZES", "write_sample_bundle"]
 

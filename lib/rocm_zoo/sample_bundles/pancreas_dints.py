@@ -48,8 +48,9 @@ class DintsSize:
 SIZES = {
     "full": DintsSize(channel_mul=1, num_blocks=12, roi=96, pixdim=1),
     # 4 mm voxels: at the bundle's 1 mm a 400 x 400 x 200 mm phantom becomes 32 M voxels (~600 windows of 96^3),
-    # minutes on a CPU even for a small network. 64^3 at 4 mm covers a similar field of view (256 mm vs 96 mm).
-    "tiny": DintsSize(channel_mul=0.25, num_blocks=4, roi=64, pixdim=4),
+    # minutes on a CPU even for a small network; at 4 mm it is 100 x 100 x 50, 9 windows of 64^3 (256 mm each,
+    # upstream 96 mm). DiNTS needs patch sides that are multiples of 32 (2 ** (num_depths + 1)).
+    "tiny": DintsSize(channel_mul=0.125, num_blocks=4, roi=64, pixdim=4),
 }
 
 
@@ -65,16 +66,16 @@ def network_input_shape(size: str) -> tuple[int, ...]:
 
 
 def arch_code(size: str, seed: int = ARCH_SEED) -> dict:
-    return copy.deepcopy(_arch_code(size, seed))
-
-
-@functools.lru_cache(maxsize=4)  # decoding takes ~10 s of CPU; callers get copies
-def _arch_code(size: str, seed: int) -> dict:
     """The content of `models/search_code_18590.pt`, keyed as the bundle's search script saves it.
 
     MONAI's `TopologySearch.decode()` (Dijkstra over feasible path activations) turns seeded architecture logits
     into a valid code. Decoding reads only the logits, so the search space is built at the narrowest width; the
     global torch RNG is left untouched."""
+    return copy.deepcopy(_arch_code(size, seed))
+
+
+@functools.lru_cache(maxsize=4)  # decoding takes ~10 s of CPU; callers get copies
+def _arch_code(size: str, seed: int) -> dict:
     from monai.networks.nets import TopologySearch
 
     s = _size(size)

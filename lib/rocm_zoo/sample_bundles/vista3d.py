@@ -58,10 +58,10 @@ LABELS: dict[int, str] = dict(enumerate([
     "vertebrae L6", "airway",
 ], start=1))
 
-_SCRIPTS_INIT = '"""The vista3d bundle\'s own code (rocm_zoo sample): `inferer.Vista3dInferer`, `evaluator.Vista3dEvaluator`."""\n'
+_SCRIPTS_INIT = '"""The vista3d bundle\'s own code (rocm_zoo sample): its inferer and evaluator."""\n'
 
 # The bundle's `scripts/inferer.py`.
-_SCRIPTS_INFERER = '''"""VISTA3D's prompt-aware inferer: a sliding window over the volume, or only the windows around the clicks."""
+_SCRIPTS_INFERER = '''"""VISTA3D's inferer: a sliding window over the volume, or only the windows around the clicks."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def _point_head(network):
 '''
 
 # The bundle's `scripts/evaluator.py`.
-_SCRIPTS_EVALUATOR = '''"""VISTA3D's evaluator: one request (an image and its prompts) per iteration, through the bundle's inferer."""
+_SCRIPTS_EVALUATOR = '''"""VISTA3D's evaluator: one request (an image and its prompts) per iteration."""
 
 from __future__ import annotations
 
@@ -119,6 +119,8 @@ from monai.engines import SupervisedEvaluator
 from monai.engines.utils import IterationEvents
 from monai.transforms import reset_ops_id
 from monai.utils.enums import CommonKeys as Keys
+
+PROMPT_KEYS = ("label_prompt", "points", "point_labels")
 
 
 class Vista3dEvaluator(SupervisedEvaluator):
@@ -136,7 +138,7 @@ class Vista3dEvaluator(SupervisedEvaluator):
         if batchdata is None:
             raise ValueError("Must provide batch data for current iteration.")
         image = batchdata[Keys.IMAGE].to(engine.state.device)
-        label_prompt, points, point_labels = (_item0(batchdata.get(k)) for k in ("label_prompt", "points", "point_labels"))
+        label_prompt, points, point_labels = (_item0(batchdata.get(k)) for k in PROMPT_KEYS)
         if label_prompt is None and points is None:
             label_prompt = list(self.hyper_kwargs["everything_labels"])
         if points is not None and (point_labels is None or len(point_labels) != len(points)):
@@ -162,7 +164,7 @@ class Vista3dEvaluator(SupervisedEvaluator):
             pred = MetaTensor(pred, meta=image.meta, applied_operations=image.applied_operations)
         reset_ops_id(image)  # Invertd inverts with a deep copy of the preprocessing: transform ids differ
         engine.state.output[Keys.PRED] = pred
-        for key, value in (("label_prompt", class_vector), ("points", coords), ("point_labels", labels)):
+        for key, value in zip(PROMPT_KEYS, (class_vector, coords, labels)):
             engine.state.output[key] = None if value is None else value[None]  # batch dimension, for decollate
         engine.fire_event(IterationEvents.FORWARD_COMPLETED)
         engine.fire_event(IterationEvents.MODEL_COMPLETED)
@@ -198,7 +200,8 @@ def inference_config(size: str) -> dict:
     if size == "full":
         network_def = "$monai.networks.nets.vista3d132(in_channels=@input_channels)"
     else:
-        network_def = f"$monai.networks.nets.vista3d132(encoder_embed_dim={EMBED_DIM[size]}, in_channels=@input_channels)"
+        network_def = (f"$monai.networks.nets.vista3d132(encoder_embed_dim={EMBED_DIM[size]}, "
+                       "in_channels=@input_channels)")
     return {
         "imports": ["$import glob", "$import os", "$import scripts", "$import numpy as np", "$import copy",
                     "$import json", "$import pathlib"],
