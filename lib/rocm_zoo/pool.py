@@ -93,6 +93,13 @@ class WarmNetwork:
             y = self.runner(x, *args, **kwargs)
         return y[:n].float() if full > n else y.float()
 
+    def __getattr__(self, name: str) -> Any:
+        """Bundle inferers read attributes of the network they are given (VISTA3D's reads `point_head`): the
+        module's own attributes are visible through the warm wrapper."""
+        if name.startswith("__") or name in ("eager", "runner"):
+            raise AttributeError(name)
+        return getattr(self.eager, name)
+
     def padded_batch(self, shape: tuple[int, ...]) -> int:
         """The batch size to run `shape` at: its own if warmed, else the smallest warmed larger batch of that window."""
         if shape in self.warmed_shapes:
