@@ -21,7 +21,9 @@ bench() {
   python3 -m rocm_zoo.cli -v bench --bundle-dir "/tmp/zoo/model/$bundle" --out "$OUT" "$@" 2>&1 | quiet
 }
 
-# warmup BUNDLE SHAPE: cold start vs restarts from the compile cache, results in $OUT/
+# warmup BUNDLE SHAPE [bench-warmup args]: cold start vs restarts from the compile cache, results in $OUT/
 warmup() {
-  python3 -m rocm_zoo.cli bench-warmup --bundle-dir "/tmp/zoo/model/$1" --shape "$2" --out "$OUT" 2>&1 | quiet
+  local bundle=$1 shape=$2; shift 2
+  python3 -m rocm_zoo.cli bench-warmup --bundle-dir "/tmp/zoo/model/$bundle" --shape "$shape" --out "$OUT" "$@" 2>&1 \
+    | quiet
 }
