@@ -12,7 +12,8 @@ from monailabel.interfaces.app import MONAILabelApp
 
 from rocm_zoo import __version__
 from rocm_zoo.errors import ImageNotFound, ModelNotFound
-from rocm_zoo.tasks import http_errors
+from rocm_zoo.tasks import batch_routes, http_errors
+from rocm_zoo.tasks.batch import BatchRunner
 from rocm_zoo.tasks.datastore import CheckedLocalDatastore
 from rocm_zoo.tasks.zoo import Zoo
 
@@ -45,10 +46,22 @@ class MyApp(MONAILabelApp):
     def on_init_complete(self):
         # Runs once, in the server process, before it answers: batch/train subprocesses never compile.
         if "monailabel.app" in sys.modules:
-            http_errors.install(sys.modules["monailabel.app"].app)
+            web = sys.modules["monailabel.app"].app
+            http_errors.install(web)
+            # Batch inference in this process, with the warm models (MONAI Label's would start a new process).
+            self.batch_runner = BatchRunner(self.infer, self._select_images)
+            batch_routes.install(web, self.batch_runner, lambda: list(self._infers))
         if self.zoo.config.warmup:
             self.zoo.warm()
         super().on_init_complete()
+
+    def _select_images(self, selection: str) -> list:
+        store = self.datastore()
+        if selection == "labeled":
+            return store.get_labeled_images()
+        if selection == "unlabeled":
+            return store.get_unlabeled_images()
+        return store.list_images()
 
     def infer(self, request, datastore=None):
         model = request.get("model")

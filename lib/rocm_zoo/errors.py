@@ -35,3 +35,9 @@ class ModelNotFound(RocmZooError):
     """The request names a model this server does not serve."""
 
     status = 404
+
+
+class Busy(RocmZooError):
+    """A batch is already running; one at a time keeps the GPU for it and the clicks."""
+
+    status = 409
