@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
 from monai.utils import ensure_tuple_rep
 
 from rocm_zoo.errors import ConfigError
