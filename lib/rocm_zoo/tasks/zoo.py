@@ -123,12 +123,5 @@ class Zoo:
         self.warm_state[name] = f"warm ({seconds:.1f} s)"
         logger.info("rocm_zoo: %s warm (%.1f s)", name, seconds)
 
-    def wait_warm(self, timeout: float | None = None) -> bool:
-        """Block until background warm-up is done (tests, benchmarks). True when nothing is still warming."""
-        if self._background is not None:
-            self._background.join(timeout)
-            return not self._background.is_alive()
-        return True
-
     def info(self) -> dict[str, Any]:
         return {"backend": describe(self.backend), "missing": self.missing, "warm": dict(self.warm_state)}
