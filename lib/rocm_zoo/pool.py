@@ -48,6 +48,12 @@ class PoolKey:
     gemm_transpose: bool
 
 
+# One network runs or compiles at a time in this process. Running one compiled network in a thread while Dynamo
+# traces another in a background warm-up deadlocked (torch 2.14, seen in the server tests); the GPU serialises the
+# work anyway, so the cost is that a request waits while a background model compiles.
+RUN_LOCK = threading.RLock()
+
+
 def compiled_graphs() -> int:
     """Graphs torch.compile has built in this process. Flat after warm-up means no request recompiled."""
     from torch._dynamo.utils import counters
@@ -89,7 +95,7 @@ class WarmNetwork:
             if self.dtype != torch.float32
             else nullcontext()
         )
-        with self._lock, torch.no_grad(), autocast:
+        with RUN_LOCK, self._lock, torch.no_grad(), autocast:
             y = self.runner(x, *args, **kwargs)
         return y[:n].float() if full > n else y.float()
 
