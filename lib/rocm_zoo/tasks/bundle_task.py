@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 import torch
-from monai.utils import TraceKeys
+from monai.transforms.utils import reset_ops_id
 from monailabel.interfaces.utils.transform import run_transforms
 from monailabel.tasks.infer.bundle import BundleInferTask
 from monailabel.transform.pre import LoadImageTensord
@@ -39,6 +39,11 @@ from rocm_zoo.volume_check import first_line
 logger = logging.getLogger(__name__)
 
 class OverlayBundleTask(BundleInferTask):
+    # Leading transforms whose output depends on the image alone: run once per image file, then cached.
+    cacheable_transforms: tuple[type, ...] = IMAGE_ONLY_TRANSFORMS
+    # The phantom the warm-up requests run on.
+    warm_spec: phantom.PhantomSpec = phantom.test_specs(1)[0]
+
     def __init__(
         self,
         entry: TaskEntry,
@@ -79,19 +84,25 @@ class OverlayBundleTask(BundleInferTask):
         network_seconds = self.pool.get(self.network_spec(), self._shapes).warm_seconds
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="rocm_zoo_warm_") as tmp:
-            p = phantom.make_phantom(phantom.test_specs(1)[0])
+            p = phantom.make_phantom(self.warm_spec)
             image = os.path.join(tmp, "warmup.nii.gz")
             phantom.write_phantom(p, Path(image), Path(tmp) / "warmup_truth.nii.gz")
-            result, _ = self({"image": image, "result_extension": ".nrrd", "result_dtype": "uint8",
-                              **self.warm_request(p)})
-            if result and os.path.exists(result):
-                os.remove(result)
-        logger.info("%s: one request end to end in %.1f s", self.entry.name, time.perf_counter() - start)
+            requests = self.warm_requests(p)
+            for request in requests:
+                result, _ = self({"image": image, "result_extension": ".nrrd", "result_dtype": "uint8", **request})
+                if result and os.path.exists(result):
+                    os.remove(result)
+        logger.info("%s: %d warm-up request(s) end to end in %.1f s", self.entry.name, len(requests),
+                    time.perf_counter() - start)
         return network_seconds
 
     def warm_request(self, p: phantom.Phantom) -> Dict[str, Any]:
         """Task-specific request parameters for the warm-up run (clicks, prompts)."""
         return {}
+
+    def warm_requests(self, p: phantom.Phantom) -> list[Dict[str, Any]]:
+        """The warm-up requests: one per kind of request that runs the network at another shape or branch."""
+        return [self.warm_request(p)]
 
     # MONAI Label instantiates the bundle's transforms and inferer per request with the bundle's `scripts` on
     # sys.path; one bundle at a time, since a background warm-up may be doing the same for another bundle.
@@ -121,7 +132,7 @@ class OverlayBundleTask(BundleInferTask):
 
     # -- pre transforms with the per-image cache ---------------------------------------------------------------------
     def run_pre_transforms(self, data: Dict[str, Any], transforms):
-        head, tail = split_image_only(transforms, IMAGE_ONLY_TRANSFORMS + (LoadImageTensord,))
+        head, tail = split_image_only(transforms, self.cacheable_transforms + (LoadImageTensord,))
         image = data.get(self.input_key)
         if not isinstance(image, str) or not head:
             return super().run_pre_transforms(data, transforms)
@@ -137,16 +148,19 @@ class OverlayBundleTask(BundleInferTask):
             loaded.pop("latencies", None)  # a cache hit reports only the transforms it ran
             # The inverse of each traced transform checks it is undone by the very object that did it; a cached
             # image outlives those objects (every request, and every task of this bundle, parses its own), so the
-            # trace is marked as MONAI allows for transforms recreated in other processes: match by class.
-            for op in loaded[self.input_key].applied_operations:
-                op[TraceKeys.ID] = TraceKeys.NONE
+            # trace is marked as MONAI allows for transforms recreated in other processes: match by class. Nested
+            # entries too (a crop that also padded keeps its pad inside the crop's entry).
+            reset_ops_id(loaded[self.input_key])
             return loaded
 
-        key = (file_identity(image), self.bundle_path, tuple(map(str, self.overlays)), self.device)
-        cached = self.image_cache.get_or_make(key, load)
+        cached = self.image_cache.get_or_make(self.image_cache_key(image), load)
         data.update(cached)
         self.prepare_request(data)
         return run_transforms(data, tail, log_prefix="PRE", use_compose=False) if tail else data
+
+    def image_cache_key(self, image: str) -> tuple:
+        """Which preprocessed image a file gives: the file as it is now, through this bundle, overlays and device."""
+        return (file_identity(image), self.bundle_path, tuple(map(str, self.overlays)), self.device)
 
     def prepare_request(self, data: Dict[str, Any]) -> None:
         """Check (and normalise) request parameters against the loaded image; raise InvalidRequest with the reason."""
