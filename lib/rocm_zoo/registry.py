@@ -21,7 +21,7 @@ class TaskEntry:
     name: str  # MONAI Label model name, as clients see it
     model: str  # the `--conf models` name that enables it
     bundle: str
-    kind: str  # MONAI Label infer type: "deepedit" (interactive) or "segmentation" (automatic)
+    kind: str  # MONAI Label infer type: "deepedit", "deepgrow", "vista3d" (interactive) or "segmentation" (automatic)
     interactive: bool  # interactive tasks are warmed before the server answers
 
 
@@ -41,6 +41,9 @@ TASKS: dict[str, TaskEntry] = {
     for t in (
         TaskEntry("spleen_deepedit", "spleen_deepedit", "spleen_deepedit_annotation", "deepedit", True),
         TaskEntry("spleen_deepedit_seg", "spleen_deepedit", "spleen_deepedit_annotation", "segmentation", True),
+        # OHIF v3 knows the type "vista3d"; Slicer lists only deepgrow/deepedit models for clicks.
+        TaskEntry("vista3d", "vista3d", "vista3d", "vista3d", True),
+        TaskEntry("vista3d_slicer", "vista3d", "vista3d", "deepgrow", True),
         TaskEntry("wholeBody_ct", "wholeBody_ct", "wholeBody_ct_segmentation", "segmentation", False),
         TaskEntry("swin_unetr_btcv", "swin_unetr_btcv", "swin_unetr_btcv_segmentation", "segmentation", False),
         TaskEntry("pancreas_ct_dints", "pancreas_ct_dints", "pancreas_ct_dints_segmentation", "segmentation", False),

@@ -19,11 +19,13 @@ from rocm_zoo.registry import BUNDLES, TaskEntry, tasks_of
 from rocm_zoo.tasks.bundle_task import OverlayBundleTask
 from rocm_zoo.tasks.deepedit import DeepEditTask
 from rocm_zoo.tasks.segmentation import SegmentationTask
+from rocm_zoo.tasks.vista3d import Vista3dTask
 
 logger = logging.getLogger(__name__)
 
 TASK_CLASSES: dict[str, type[OverlayBundleTask]] = {
     "spleen_deepedit_annotation": DeepEditTask,
+    "vista3d": Vista3dTask,
     "wholeBody_ct_segmentation": SegmentationTask,
     "swin_unetr_btcv_segmentation": SegmentationTask,
     "pancreas_ct_dints_segmentation": SegmentationTask,
