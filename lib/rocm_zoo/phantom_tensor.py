@@ -32,11 +32,15 @@ def without_loaders(transforms) -> list:
 
 
 def loaders_without_reader(parser) -> None:
-    """Drop a named reader (the bundles name ITKReader) from every LoadImaged of the config, so parsing works where
-    that reader's library is not installed; `without_loaders` then removes the loaders themselves."""
-    for key, value in list(parser.get().items()):
-        if not isinstance(value, list):
-            continue
-        for i, item in enumerate(value):
-            if isinstance(item, dict) and str(item.get("_target_", "")).endswith("LoadImaged") and "reader" in item:
-                parser[f"{key}#{i}#reader"] = None
+    """Drop a named reader (the bundles name ITKReader) from every LoadImaged of the config, at any depth (a
+    `Compose` keeps its list under `transforms`), so parsing works where that reader's library is not installed;
+    `without_loaders` then removes the loaders themselves."""
+
+    def walk(node, path: str) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in list(items):
+            walk(v, f"{path}#{k}" if path else str(k))
+        if isinstance(node, dict) and str(node.get("_target_", "")).endswith("LoadImaged") and "reader" in node:
+            parser[f"{path}#reader"] = None
+
+    walk(parser.get(), "")
