@@ -13,6 +13,10 @@ overrides two keys of the bundle's configs/inference.yaml, both about the search
   without a GPU. That device only holds the path-activation code, which DiNTS reads as Python booleans in every
   forward; on "cpu" it works anywhere and spares a GPU one device-to-host sync per path and block (120 per forward
   at full size). The network's weights still go to `@device`.
+
+Two more make the network traceable as one graph (`rocm_zoo.compat`): `dints_space#_target_` and
+`network_def#_target_` build MONAI's TopologyInstance and DiNTS with their active cells and nodes as Python constants
+(MONAI's forward branches on tensors, so Dynamo breaks it into many graphs). Same modules and state-dict keys.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import torch
 
 from conftest import REPO
 from rocm_zoo import phantom
-from rocm_zoo.overlay import load_config, load_weights, prepare_network, read_settings
+from rocm_zoo.overlay import MEMORY_FORMATS, load_config, load_weights, prepare_network, read_settings
 from rocm_zoo.sample_bundles import pancreas_dints, write_sample_bundle
 
 OVERLAY = REPO / "apps" / "rocm_zoo" / "overlays" / pancreas_dints.NAME / "inference_rocm.json"
@@ -105,7 +109,7 @@ def test_bundle_config_alone_fails_on_weights_only_and_the_overlay_fixes_it(bund
     load_weights(network, bundle / "models" / "model.pt")  # strict: the overlay's network is the bundle's network
     assert type(network).__name__ == "DiNTS"
     settings = read_settings(parser)
-    assert (settings.amp_dtype, settings.memory_format, settings.compile) == ("bfloat16", "channels_last_3d", True)
+    assert (settings.amp_dtype, settings.memory_format, settings.compile) == ("bfloat16", "contiguous", True)
     evaluator = parser.get_parsed_content("evaluator")
     assert evaluator.amp_kwargs == {"dtype": torch.bfloat16} and evaluator.compile
 
@@ -120,7 +124,29 @@ def test_bundle_hard_codes_cuda_for_the_architecture_code(bundle):
                for e in _causes(raised.value))
 
 
-def test_bf16_channels_last_windows_agree_with_fp32(bundle, dataset):
+def test_overlay_network_is_the_bundle_network_and_compiles_to_one_graph(bundle):
+    """The overlay's DiNTS (active cells as Python constants) computes what MONAI's does, from the same state dict,
+    and Dynamo traces it whole: no graph break, one graph (MONAI's own breaks at every architecture-code branch)."""
+    from torch._dynamo.utils import counters
+
+    stock = load_config(bundle, CONFIG)
+    stock["arch_ckpt"] = BASELINE_FIX["arch_ckpt"]
+    stock["dints_space#device"] = "cpu"
+    reference = stock.get_parsed_content("network_def").eval()
+    network = load_config(bundle, CONFIG, [OVERLAY]).get_parsed_content("network_def").eval()
+    network.load_state_dict(reference.state_dict(), strict=True)
+    x = torch.rand(1, 1, *pancreas_dints.network_input_shape("tiny")[2:], generator=torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        expected = reference(x)
+        assert torch.equal(network(x), expected)
+        compiled = torch.compile(network, backend="aot_eager", dynamic=False)(x)
+    assert int(counters["stats"]["unique_graphs"]) == 1 and not counters["graph_break"], dict(counters["graph_break"])
+    assert torch.allclose(compiled, expected, atol=1e-4)
+
+
+def test_bf16_windows_agree_with_fp32(bundle, dataset):
     """The overlay's numerics at network level. In the bundle CLI on a CPU the evaluator's `torch.autocast("cuda")`
     is a no-op, so bf16 is exercised here, with CPU autocast, through the bundle's own transforms and inferer."""
     root, _ = dataset
@@ -138,9 +164,9 @@ def test_bf16_channels_last_windows_agree_with_fp32(bundle, dataset):
         fp32 = inferer(x, network)
         network = prepare_network(network, settings, "cpu")
         with torch.autocast("cpu", dtype=getattr(torch, settings.amp_dtype)):
-            bf16 = inferer(x.contiguous(memory_format=torch.channels_last_3d), network)
+            bf16 = inferer(x.contiguous(memory_format=MEMORY_FORMATS[settings.memory_format]), network)
     agree = (fp32.argmax(1) == bf16.argmax(1)).float().mean().item()
-    print(f"bf16 + channels_last_3d vs fp32, argmax agreement over {tuple(x.shape[2:])} voxels: {agree:.4f}")
+    print(f"bf16 ({settings.memory_format}) vs fp32, argmax agreement over {tuple(x.shape[2:])} voxels: {agree:.4f}")
     # Untrained weights give small logit margins, so bf16's 8-bit mantissa flips the argmax at some near-ties; a
     # trained network's margins are far larger. 0.97 leaves room above the ~1% flips seen with these seeded weights.
     assert agree >= 0.97
@@ -180,9 +206,9 @@ def baseline_labels(cli_bundle, dataset, tmp_path_factory) -> dict[str, np.ndarr
 def overlay_labels(cli_bundle, dataset, tmp_path_factory) -> dict[str, np.ndarray]:
     root, phantoms = dataset
     out = tmp_path_factory.mktemp("out_rocm")
-    # The overlay compiles (evaluator#compile). On a CPU, Inductor's C++ code generation for DiNTS's 16 graphs takes
-    # ~95 s on two cores, so here every graph runs with the aot_eager backend instead: Dynamo still captures the
-    # network (graph breaks, guards, recompiles) and AOTAutograd still traces it; only the code generation is skipped.
+    # The overlay compiles (evaluator#compile). On a CPU, Inductor's C++ code generation for DiNTS takes long on two
+    # cores, so here the graph runs with the aot_eager backend instead: Dynamo still captures the network (graph
+    # breaks, guards, recompiles) and AOTAutograd still traces it; only the code generation is skipped.
     env = dict(os.environ, TORCH_COMPILE_OVERRIDE_BACKENDS=">=0:aot_eager")
     _run_bundle(cli_bundle, [CONFIG, "configs/inference_rocm.json"], root, out, env)
     return _labels(out, phantoms)
