@@ -91,6 +91,18 @@ def _bench_warmup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_batch(args: argparse.Namespace) -> int:
+    from rocm_zoo.bench_batch import run_batch_bench, write_phantoms
+
+    images = [Path(i) for i in args.image or []] + write_phantoms(args.phantom or [], Path(args.out) / "studies")
+    if not images:
+        raise SystemExit("rocm-zoo bench-batch: give --image FILE or --phantom NAME (at least one study)")
+    run_batch_bench(bundle_dirs=[Path(b) for b in args.bundle_dir], images=images, out_dir=Path(args.out),
+                    repeats=args.repeats, device=args.device, paths=tuple(args.path or ("stock", "rocm_zoo")),
+                    command=" ".join(["rocm-zoo", *sys.argv[1:]]))
+    return 0
+
+
 def _bench_arguments(s: argparse.ArgumentParser, bundle_help: str, out_help: str, repeatable: bool = False) -> None:
     s.add_argument("--bundle-dir", required=True, help=bundle_help, action="append" if repeatable else "store")
     s.add_argument("--overlay", help="overlay file (default apps/rocm_zoo/overlays/<bundle>/inference_rocm.json)")
@@ -158,6 +170,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--restarts", type=int, default=2, help="starts after the cold one (default 2)")
     s.add_argument("--cache-dir", help="empty folder for the Inductor cache (default: a new temp folder)")
     s.set_defaults(func=_bench_warmup)
+
+    s = sub.add_parser("bench-batch", help="one study end to end (file to label file): stock MONAI Label vs rocm_zoo "
+                       "(needs monailabel)")
+    s.add_argument("--bundle-dir", required=True, action="append",
+                   help="a sliding-window bundle folder (real or sample); repeatable")
+    s.add_argument("--image", action="append", help="a study (NIfTI file); repeatable")
+    s.add_argument("--phantom", action="append", choices=["spleen10", "ct512x397"],
+                   help="also write and use this synthetic study: spleen10 (512x512x55, 0.98x0.98x5 mm) or "
+                   "ct512x397 (512x512x397, 0.78x0.78x1.25 mm); repeatable")
+    s.add_argument("--repeats", type=int, default=3, help="runs per study and path (default 3)")
+    s.add_argument("--path", action="append", choices=["stock", "rocm_zoo"], help="only these paths (default both)")
+    s.add_argument("--out", default="bench-out", help="folder for batch.json, batch.md (and the phantoms)")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=_bench_batch)
     return p
 
 

@@ -41,3 +41,9 @@ class Busy(RocmZooError):
     """A batch is already running; one at a time keeps the GPU for it and the clicks."""
 
     status = 409
+
+
+class VolumeTooLarge(RocmZooError):
+    """The volume does not fit in the accelerator's memory even with the fallbacks."""
+
+    status = 507

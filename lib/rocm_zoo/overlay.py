@@ -30,6 +30,7 @@ OVERLAY_FILE = "inference_rocm.json"
 SETTINGS_KEY = "rocm_overlay"
 MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d}
 AMP_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+STITCH_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class OverlaySettings:
     # Let cuDNN (MIOpen on ROCm) time its convolution algorithms for each new shape and keep the fastest. Safe here
     # because the shapes are fixed and warmed; a process-wide switch, so every overlay of a server should agree.
     cudnn_benchmark: bool = False
+    # Precision of a sliding window's stitching buffer (MONAI stitches in the dtype of the inferer's input). float16
+    # halves the largest allocation of a many-class model (wholeBody: 105 channels over the resampled volume) and
+    # keeps 11 bits of mantissa for the blended logits; the argmax is compared against fp32 in the benchmark.
+    stitch_dtype: str = "float32"
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> OverlaySettings:
@@ -70,6 +75,8 @@ class OverlaySettings:
             raise ConfigError(f"'compile_mode' must be null or a torch.compile mode name, not {settings.compile_mode!r}")
         if settings.memory_format not in MEMORY_FORMATS:
             raise ConfigError(f"memory_format must be one of {list(MEMORY_FORMATS)}, not '{settings.memory_format}'")
+        if settings.stitch_dtype not in STITCH_DTYPES:
+            raise ConfigError(f"stitch_dtype must be one of {list(STITCH_DTYPES)}, not '{settings.stitch_dtype}'")
         if settings.amp_dtype not in AMP_DTYPES:
             raise ConfigError(f"amp_dtype must be one of {list(AMP_DTYPES)}, not '{settings.amp_dtype}'")
         return settings

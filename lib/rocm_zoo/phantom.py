@@ -79,6 +79,8 @@ class _Blob:
 
 
 SPLEEN10 = PhantomSpec("phantom_spleen10", (512, 512, 55), (0.98, 0.98, 5.0), seed=10)
+# A whole-body-length CT at thin slices: the size at which wholeBody's upstream stitching needs ~28.7 GB.
+CT512X397 = PhantomSpec("phantom_ct512x397", (512, 512, 397), (0.78, 0.78, 1.25), seed=397)
 
 
 def _anatomy(seed: int) -> tuple[dict[str, float], list[_Blob]]:
