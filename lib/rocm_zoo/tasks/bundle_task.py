@@ -29,7 +29,7 @@ from monailabel.transform.pre import LoadImageTensord
 
 from rocm_zoo import phantom
 from rocm_zoo.backend import normalise_device
-from rocm_zoo.errors import ImageNotFound, InvalidRequest
+from rocm_zoo.errors import ImageNotFound, InvalidRequest, VolumeTooLarge
 from rocm_zoo.image_cache import IMAGE_ONLY_TRANSFORMS, ImageCache, file_identity, split_image_only
 from rocm_zoo.overlay import BUNDLE_IMPORT_LOCK, load_config
 from rocm_zoo.pool import NetworkPool, NetworkSpec, compiled_graphs
@@ -148,16 +148,23 @@ class OverlayBundleTask(BundleInferTask):
             raise ImageNotFound(f"Image file '{image}' does not exist (removed from the datastore?)")
 
         def load() -> dict:
-            # Reading the file happens on the host; orientation, resampling and intensity scaling then run where the
-            # network runs (on a GPU, a 512x512x397 CT resamples in milliseconds instead of seconds).
+            # The file is read on the host; orientation, resampling and intensity scaling then run where the network
+            # runs, so the volume crosses to the device once, as read, and the heavy steps run there.
             on_host, on_device = split_image_only(head, HOST_TRANSFORMS)
             try:
                 loaded = run_transforms({self.input_key: image}, on_host, log_prefix="PRE", use_compose=False)
+            except Exception as e:  # a corrupt or unsupported file: say so, the server keeps serving
+                raise InvalidRequest(f"Image '{os.path.basename(image)}' cannot be read: {first_line(e)}") from e
+            try:
                 loaded[self.input_key] = loaded[self.input_key].to(self.device)
                 if on_device:
                     loaded = run_transforms(loaded, on_device, log_prefix="PRE", use_compose=False)
-            except Exception as e:  # a corrupt or unsupported file: say so, the server keeps serving
-                raise InvalidRequest(f"Image '{os.path.basename(image)}' cannot be read: {first_line(e)}") from e
+            except torch.OutOfMemoryError as e:
+                raise VolumeTooLarge(f"Image '{os.path.basename(image)}' does not fit on {self.device} for "
+                                     f"{self.entry.name}'s preprocessing: {first_line(e)}") from e
+            except Exception as e:  # e.g. a header whose geometry the resampling cannot use
+                raise InvalidRequest(f"Image '{os.path.basename(image)}' cannot be preprocessed for "
+                                     f"{self.entry.name}: {first_line(e)}") from e
             loaded.pop("latencies", None)  # a cache hit reports only the transforms it ran
             # The inverse of each traced transform checks it is undone by the very object that did it; a cached
             # image outlives those objects (every request, and every task of this bundle, parses its own), so the
