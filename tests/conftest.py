@@ -52,6 +52,16 @@ def sample_env(tmp_path_factory) -> SampleEnv:
     return SampleEnv(root, app_dir, paths, specs)
 
 
+def flatten_config(tree, prefix: str = "") -> dict:
+    """A bundle config as MONAI's `#` paths -> values (lists of plain values stay values): to compare two configs key
+    by key."""
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in flatten_config(sub, f"{prefix}{key}#").items()}
+    if isinstance(tree, list) and any(isinstance(x, dict) for x in tree):
+        return {k: v for i, sub in enumerate(tree) for k, v in flatten_config(sub, f"{prefix}{i}#").items()}
+    return {prefix[:-1]: tree}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

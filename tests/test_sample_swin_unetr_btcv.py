@@ -16,7 +16,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, flatten_config
 from monai.networks.nets import SwinUNETR
 from rocm_zoo import phantom
 from rocm_zoo.compat import swin_unetr
@@ -44,16 +44,8 @@ CPU_COMPILE_OPT_IN = "ROCM_ZOO_CPU_COMPILE"
 IMG_SIZE_ERROR = "unexpected keyword argument 'img_size'"
 
 
-def _flatten(tree, prefix=""):
-    if isinstance(tree, dict):
-        return {k: v for key, sub in tree.items() for k, v in _flatten(sub, f"{prefix}{key}#").items()}
-    if isinstance(tree, list) and any(isinstance(x, dict) for x in tree):
-        return {k: v for i, sub in enumerate(tree) for k, v in _flatten(sub, f"{prefix}{i}#").items()}
-    return {prefix[:-1]: tree}
-
-
 def test_tiny_changes_only_the_size_keys():
-    tiny, full = _flatten(sample.inference_config("tiny")), _flatten(sample.inference_config("full"))
+    tiny, full = flatten_config(sample.inference_config("tiny")), flatten_config(sample.inference_config("full"))
     assert tiny.keys() == full.keys()
     assert {k for k in full if tiny[k] != full[k]} == {"network_def#img_size", "network_def#feature_size",
                                                         "inferer#roi_size", "preprocessing#transforms#3#pixdim"}
