@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,8 +20,10 @@ def _sample(args: argparse.Namespace) -> int:
         studies=Path(args.studies or d.studies), truth=Path(args.truth or d.truth), model_dir=Path(args.model_dir or d.model_dir)
     )
     make_samples(paths, size=args.size, spleen10=not args.no_spleen10, train=args.train, train_steps=args.train_steps,
-                 bundles=tuple(args.bundle) if args.bundle else None)
+                 bundles=tuple(args.bundle) if args.bundle else None, dicom=Path(args.dicom) if args.dicom else None)
     print(f"studies: {paths.studies}\ntruth:   {paths.truth}\nbundles: {paths.model_dir}")
+    if args.dicom:
+        print(f"DICOM:   {args.dicom}")
     return 0
 
 
@@ -40,6 +43,33 @@ def _serve(args: argparse.Namespace) -> int:
     # The launcher runs whatever `python` is first on PATH; this one is the interpreter that has monailabel.
     os.execve(monailabel, cmd, dict(os.environ, MONAILABEL_PYEXE=sys.executable))
     return 0
+
+
+def _pacs(args: argparse.Namespace) -> int:
+    from rocm_zoo import pacs
+    from rocm_zoo.sample import REPO_ROOT
+
+    config = pacs.PacsConfig(folder=Path(args.folder or REPO_ROOT / ".pacs"), http_port=args.port)
+    proc = pacs.start(config)
+    try:
+        for folder in map(Path, args.load or []):
+            files = sorted(folder.rglob("*.dcm"))
+            if not files:
+                raise pacs.PacsError(f"no .dcm files under {folder}")
+            series = pacs.upload(config, files)
+            print(f"loaded {len(files)} files ({len(series)} series) from {folder}", flush=True)
+        print(f"PACS: {config.url} (DICOMweb {config.dicomweb_url}; storage {config.folder / 'storage'})", flush=True)
+        if args.serve:
+            serve = [sys.executable, "-m", "rocm_zoo.cli", "serve", "--studies", config.dicomweb_url,
+                     "--host", args.host, "--port", str(args.server_port), "--models", args.models]
+            for kv in args.conf or []:
+                serve += ["--conf", *kv]
+            return subprocess.call(serve)
+        return proc.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        pacs.stop(proc)
 
 
 def _env(args: argparse.Namespace) -> int:
@@ -125,6 +155,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--truth", help="folder for their truth masks (default sample-data/truth)")
     s.add_argument("--model-dir", help="where bundles go (default apps/rocm_zoo/model)")
     s.add_argument("--no-spleen10", action="store_true", help="skip the 512x512x55 spleen_10-shaped phantom")
+    s.add_argument("--dicom", metavar="DIR", help="also write each phantom as a CT DICOM series in DIR/<name>/ "
+                   "(for a PACS: see `rocm-zoo pacs`)")
     s.add_argument("--bundle", action="append",
                    help="write only this sample bundle (folder name, e.g. wholeBody_ct_segmentation), repeatable")
     s.add_argument("--train", action="store_true",
@@ -140,6 +172,18 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--conf", nargs=2, action="append", metavar=("KEY", "VALUE"), help="more app --conf options")
     s.set_defaults(func=_serve)
+
+    s = sub.add_parser("pacs", help="start a local Orthanc PACS (DICOMweb on 127.0.0.1), load DICOM series into it "
+                       "and, with --serve, the MONAI Label server against it; Ctrl-C stops both")
+    s.add_argument("--folder", help="Orthanc's settings, storage and log (default .pacs)")
+    s.add_argument("--port", type=int, default=8042, help="Orthanc HTTP port (default 8042)")
+    s.add_argument("--load", action="append", metavar="DIR", help="store every .dcm under DIR, repeatable")
+    s.add_argument("--serve", action="store_true", help="then run `rocm-zoo serve` with the PACS as its datastore")
+    s.add_argument("--models", default="all")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--server-port", type=int, default=8000)
+    s.add_argument("--conf", nargs=2, action="append", metavar=("KEY", "VALUE"), help="more app --conf options")
+    s.set_defaults(func=_pacs)
 
     s = sub.add_parser("env", help="print the detected backend and the environment it wants")
     s.add_argument("--device", default="auto")

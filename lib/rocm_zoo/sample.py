@@ -50,6 +50,20 @@ def write_studies(paths: SamplePaths, specs: list[phantom.PhantomSpec]) -> list[
     return written
 
 
+def write_dicom_studies(folder: Path, specs: list[phantom.PhantomSpec]) -> list[Path]:
+    """Each phantom as a CT DICOM series in `folder/<name>/` (same anatomy and HU as its NIfTI); returns the folders.
+    A complete series already there is kept."""
+    from rocm_zoo.dicom_series import write_series
+
+    written = []
+    for spec in specs:
+        series = folder / spec.name
+        if len(list(series.glob("*.dcm"))) != spec.shape[2]:
+            write_series(phantom.make_phantom(spec), series)
+        written.append(series)
+    return written
+
+
 def write_deepedit_bundle(model_dir: Path, size: str, train: bool = False, train_steps: int = 1000) -> Path:
     """Writes (or replaces) the sample bundle; a real bundle already there is kept as it is."""
     bundle = model_dir / deepedit.NAME
@@ -88,10 +102,12 @@ def write_bundles(model_dir: Path, size: str, names: tuple[str, ...] | None = No
 
 
 def make_samples(paths: SamplePaths, size: str = "tiny", spleen10: bool = True, train: bool = False,
-                 train_steps: int = 1000, bundles: tuple[str, ...] | None = None) -> None:
+                 train_steps: int = 1000, bundles: tuple[str, ...] | None = None, dicom: Path | None = None) -> None:
     specs = phantom.test_specs() + ([phantom.SPLEEN10] if spleen10 else [])
     for image in write_studies(paths, specs):
         logger.info("study %s", image)
+    for series in write_dicom_studies(dicom, specs) if dicom else []:
+        logger.info("DICOM series %s", series)
     for bundle in write_bundles(paths.model_dir, size, bundles, train=train, train_steps=train_steps):
         logger.info("bundle %s (%s)", bundle, size)
 
