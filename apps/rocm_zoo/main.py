@@ -35,7 +35,10 @@ class MyApp(MONAILabelApp):
 
     def init_datastore(self):
         if self.studies.startswith(("http://", "https://")):
-            return super().init_datastore()
+            # A DICOMweb PACS; labels go back to it as DICOM SEG named after the model's labels.
+            from rocm_zoo.tasks import dicomweb_store
+
+            return dicomweb_store.from_url(self.studies, labels_of=self._labels_of)
         return CheckedLocalDatastore(
             self.studies,
             extensions=settings.MONAI_LABEL_DATASTORE_FILE_EXT,
@@ -54,6 +57,10 @@ class MyApp(MONAILabelApp):
         if self.zoo.config.warmup:
             self.zoo.warm()
         super().on_init_complete()
+
+    def _labels_of(self, model: str) -> dict:
+        labels = getattr(self._infers.get(model), "labels", None) or {}
+        return labels if isinstance(labels, dict) else {name: i for i, name in enumerate(labels, start=1)}
 
     def _select_images(self, selection: str) -> list:
         store = self.datastore()

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,7 @@ def _pacs(args: argparse.Namespace) -> int:
 
     config = pacs.PacsConfig(folder=Path(args.folder or REPO_ROOT / ".pacs"), http_port=args.port)
     proc = pacs.start(config)
+    server = None
     try:
         for folder in map(Path, args.load or []):
             files = sorted(folder.rglob("*.dcm"))
@@ -59,16 +61,21 @@ def _pacs(args: argparse.Namespace) -> int:
             series = pacs.upload(config, files)
             print(f"loaded {len(files)} files ({len(series)} series) from {folder}", flush=True)
         print(f"PACS: {config.url} (DICOMweb {config.dicomweb_url}; storage {config.folder / 'storage'})", flush=True)
+        server = None
         if args.serve:
             serve = [sys.executable, "-m", "rocm_zoo.cli", "serve", "--studies", config.dicomweb_url,
                      "--host", args.host, "--port", str(args.server_port), "--models", args.models]
             for kv in args.conf or []:
                 serve += ["--conf", *kv]
-            return subprocess.call(serve)
-        return proc.wait()
+            server = subprocess.Popen(serve)
+        # SIGTERM as well as Ctrl-C stops the server and then Orthanc (the `finally` below).
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        return (server or proc).wait()
     except KeyboardInterrupt:
         return 0
     finally:
+        if server is not None:
+            pacs.stop(server, timeout=30)
         pacs.stop(proc)
 
 

@@ -48,3 +48,50 @@ def local_pacs(tmp_path_factory) -> LocalPacs:
                         {s.name: series_uids(phantom.make_phantom(s)) for s in PACS_SPECS})
     finally:
         pacs.stop(proc)
+
+
+PACS_MODELS = "wholeBody_ct"
+
+
+@pytest.fixture(scope="session")
+def pacs_server(local_pacs, sample_env):
+    """`monailabel start_server --studies <Orthanc DICOMweb>` with the rocm_zoo app, on a free loopback port."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import requests
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    root = sample_env.root / f"pacs_server_{port}"
+    root.mkdir()
+    log_path = root / "server.log"
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TORCHINDUCTOR_CACHE_DIR=str(sample_env.root / "inductor"),
+               MONAI_LABEL_DICOMWEB_CACHE_PATH=str(root / "dicom-cache"))
+    cmd = [sys.executable, "-m", "monailabel.main", "start_server", "--app", str(sample_env.app_dir),
+           "--studies", local_pacs.config.dicomweb_url, "--conf", "models", PACS_MODELS,
+           "--host", "127.0.0.1", "--port", str(port)]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
+    deadline = time.time() + 600
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text()[-5000:]}")
+            try:
+                if requests.get(f"{url}/info/", timeout=5).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.time() > deadline:
+                pytest.fail(f"server not up after 600 s:\n{log_path.read_text()[-5000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
