@@ -38,7 +38,8 @@ class MyApp(MONAILabelApp):
             # A DICOMweb PACS; labels go back to it as DICOM SEG named after the model's labels.
             from rocm_zoo.tasks import dicomweb_store
 
-            return dicomweb_store.from_url(self.studies, labels_of=self._labels_of)
+            return dicomweb_store.from_url(self.studies, labels_of=self._labels_of,
+                                           cache_gb=self.zoo.config.dicom_cache_gb)
         return CheckedLocalDatastore(
             self.studies,
             extensions=settings.MONAI_LABEL_DATASTORE_FILE_EXT,

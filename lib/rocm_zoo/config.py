@@ -30,6 +30,7 @@ class AppConfig:
     device: str = "auto"  # "auto" (GPU if there is one), "cuda", "cuda:1", "cpu"
     warmup: bool = True  # compile and warm at start-up; off only for debugging
     image_cache_gb: float = 4.0  # preprocessed images kept on the device between clicks
+    dicom_cache_gb: float = 8.0  # DICOMweb series kept on disk, downloaded and converted, between requests
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> AppConfig:
@@ -39,15 +40,20 @@ class AppConfig:
                 near = difflib.get_close_matches(key, known, n=1)
                 hint = f" Did you mean '{near[0]}'?" if near else ""
                 raise ConfigError(f"Unknown --conf key '{key}'.{hint} Known keys: {', '.join(known)}")
-        try:
-            cache_gb = float(conf.get("image_cache_gb", cls.image_cache_gb))
-        except ValueError:
-            cache_gb = float("nan")
-        if not (math.isfinite(cache_gb) and cache_gb >= 0):
-            raise ConfigError(f"--conf image_cache_gb takes a finite number >= 0, not '{conf['image_cache_gb']}'")
         return cls(
             models=select_models(conf.get("models", "all")),
             device=conf.get("device", cls.device),
             warmup=_bool("warmup", conf.get("warmup", "true")),
-            image_cache_gb=cache_gb,
+            image_cache_gb=_gigabytes(conf, "image_cache_gb", cls.image_cache_gb),
+            dicom_cache_gb=_gigabytes(conf, "dicom_cache_gb", cls.dicom_cache_gb),
         )
+
+
+def _gigabytes(conf: dict[str, str], key: str, default: float) -> float:
+    try:
+        value = float(conf.get(key, default))
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"--conf {key} takes a finite number >= 0, not '{conf[key]}'")
+    return value

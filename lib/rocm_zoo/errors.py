@@ -47,3 +47,9 @@ class VolumeTooLarge(RocmZooError):
     """The volume does not fit in the accelerator's memory even with the fallbacks."""
 
     status = 507
+
+
+class PacsUnavailable(RocmZooError):
+    """The DICOMweb PACS did not answer (down, or refusing); the request can be retried once it is back."""
+
+    status = 503

@@ -17,12 +17,17 @@ PACS_SPECS = (phantom.PhantomSpec("pacs_ras", (64, 60, 24), (5.0, 5.2, 6.0), see
               phantom.PhantomSpec("pacs_lps", (60, 64, 22), (5.2, 5.0, 6.0), seed=2_000_002, orientation="LPS"))
 
 
-@dataclass(frozen=True)
+@dataclass
 class LocalPacs:
     config: pacs.PacsConfig
     specs: tuple[phantom.PhantomSpec, ...]
     series_dirs: dict[str, Path]  # phantom name -> its DICOM series folder
     uids: dict[str, tuple[str, str]]  # phantom name -> (study, series) UIDs
+    process: object = None
+
+    def restart(self) -> None:
+        """Starts Orthanc again on the same port and storage (after a test stopped it)."""
+        self.process = pacs.start(self.config)
 
 
 def free_port() -> int:
@@ -40,17 +45,28 @@ def local_pacs(tmp_path_factory) -> LocalPacs:
     root = tmp_path_factory.mktemp("pacs")
     config = pacs.PacsConfig(folder=root / "orthanc", http_port=free_port())
     dirs = write_dicom_studies(root / "dicom", list(PACS_SPECS))
-    proc = pacs.start(config)
+    local = LocalPacs(config, PACS_SPECS, {s.name: d for s, d in zip(PACS_SPECS, dirs)},
+                      {s.name: series_uids(phantom.make_phantom(s)) for s in PACS_SPECS}, pacs.start(config))
     try:
         for folder in dirs:
             pacs.upload(config, sorted(folder.glob("*.dcm")))
-        yield LocalPacs(config, PACS_SPECS, {s.name: d for s, d in zip(PACS_SPECS, dirs)},
-                        {s.name: series_uids(phantom.make_phantom(s)) for s in PACS_SPECS})
+        yield local
     finally:
-        pacs.stop(proc)
+        pacs.stop(local.process)
 
 
 PACS_MODELS = "wholeBody_ct"
+
+
+@dataclass(frozen=True)
+class PacsServer:
+    url: str
+    cache_dir: Path  # MONAI_LABEL_DICOMWEB_CACHE_PATH: downloaded series and their conversions
+    log: Path
+
+    def converted(self, series: str) -> Path | None:
+        hits = list(self.cache_dir.rglob(f"{series}.nii.gz"))
+        return hits[0] if hits else None
 
 
 @pytest.fixture(scope="session")
@@ -88,7 +104,7 @@ def pacs_server(local_pacs, sample_env):
             if time.time() > deadline:
                 pytest.fail(f"server not up after 600 s:\n{log_path.read_text()[-5000:]}")
             time.sleep(1)
-        yield url
+        yield PacsServer(url, root / "dicom-cache", log_path)
     finally:
         proc.terminate()
         try:

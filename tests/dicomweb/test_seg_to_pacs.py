@@ -37,14 +37,14 @@ def _segs_of(client, study, series):
 
 
 def test_the_datastore_is_the_pacs(pacs_server, local_pacs):
-    stats = requests.get(f"{pacs_server}/datastore/?output=stats", timeout=60).json()
+    stats = requests.get(f"{pacs_server.url}/datastore/?output=stats", timeout=60).json()
     assert stats["total"] >= len(local_pacs.uids), stats
 
 
 def test_wholebody_label_is_stored_as_seg_and_reads_back_exactly(pacs_server, local_pacs, tmp_path):
     spec = local_pacs.specs[1]  # LPS-stored
     study, series = local_pacs.uids[spec.name]
-    label_file = _infer(pacs_server, "wholeBody_ct", series, {"save_label": True, "label_tag": "original"}, tmp_path)
+    label_file = _infer(pacs_server.url, "wholeBody_ct", series, {"save_label": True, "label_tag": "original"}, tmp_path)
     produced, affine = read_label(str(label_file))
     assert produced.any(), "the seeded network gave an all-background label; pick another phantom"
 
@@ -56,7 +56,7 @@ def test_wholebody_label_is_stored_as_seg_and_reads_back_exactly(pacs_server, lo
     ordered, expected = dicom_seg.to_source_frames(produced, affine, source)
     np.testing.assert_array_equal(dicom_seg.decode(seg, source), expected.transpose(2, 1, 0))
 
-    labels = requests.get(f"{pacs_server}/info/", timeout=30).json()["models"]["wholeBody_ct"]["labels"]
+    labels = requests.get(f"{pacs_server.url}/info/", timeout=30).json()["models"]["wholeBody_ct"]["labels"]
     names = {int(v): k for k, v in labels.items()}
     values = dicom_seg.segment_values(seg)
     for item in seg.SegmentSequence:
