@@ -55,7 +55,7 @@ def local_pacs(tmp_path_factory) -> LocalPacs:
         pacs.stop(local.process)
 
 
-PACS_MODELS = "wholeBody_ct"
+PACS_MODELS = "wholeBody_ct,vista3d"  # vista3d for the browser test's point prompt
 
 
 @dataclass(frozen=True)
