@@ -119,6 +119,17 @@ def test_ohif_click_gives_a_mask_on_the_image_grid_only_around_the_click(server,
     assert far.any() and not labels[far].any(), "point mode must run only the window around the click"
 
 
+def test_repeated_ohif_click_with_a_class_reuses_the_encoder(server, sample_env):
+    click = central_voxel(sample_env.truth("phantom_test1") == phantom.ORGAN_LABELS["spleen"])
+    params = {"points": [click], "point_labels": [1], "label_prompt": [VISTA_SPLEEN]}
+    _, first_labels = infer(server, "vista3d", "phantom_test1", params)
+    first = model_info(server)["embedding_cache"]
+    _, again = infer(server, "vista3d", "phantom_test1", params)
+    second = model_info(server)["embedding_cache"]
+    assert second["hits"] == first["hits"] + 1 and second["misses"] == first["misses"], "repeat: no encoder run"
+    assert np.array_equal(again, first_labels)
+
+
 def test_slicer_clicks_give_a_binary_mask_around_the_clicks_and_reuse_the_encoder(server, sample_env):
     truth = sample_env.truth(LPS_SPEC.name)
     fg = central_voxel(truth == phantom.ORGAN_LABELS["spleen"])

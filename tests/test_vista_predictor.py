@@ -3,6 +3,7 @@ logits; and its embedding cache stays within its byte bound."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rocm_zoo.sample_bundles import vista3d
@@ -35,21 +36,42 @@ def test_padded_class_prompt_gives_the_same_maps():
     assert torch.allclose(padded, plain, atol=1e-5)
 
 
-def test_cached_encoder_output_gives_the_same_logits_and_is_hit_on_the_same_window():
+def _count_encoder_runs(net: EagerNetwork) -> list:
+    runs = []
+    net.eager.image_encoder.register_forward_hook(lambda *_: runs.append(1))
+    return runs
+
+
+@pytest.mark.parametrize("with_class", [False, True], ids=["clicks alone (Slicer)", "clicks with a class (OHIF)"])
+def test_cached_encoder_output_gives_the_same_logits_and_is_hit_on_the_same_window(with_class):
     net = _network()
+    runs = _count_encoder_runs(net)
     x = torch.rand(1, 1, 64, 64, 64, generator=torch.Generator().manual_seed(2))
     window = [(slice(None), slice(None), slice(10, 74), slice(0, 64), slice(5, 69))]
     prompts = dict(point_coords=torch.tensor([[[40.0, 30.0, 30.0]]]), point_labels=torch.tensor([[1]]),
                    patch_coords=window, transpose=True)
+    if with_class:
+        prompts.update(class_vector=torch.tensor([[3]]), prompt_class=torch.tensor([[3]]))
+    uncached = net(x, **prompts)
     predictor = VistaPredictor(net, class_bucket=8, image_key="image-a")
     first = predictor(x, **prompts)
     second = predictor(x, **prompts)
+    assert len(runs) == 2, "the plain call and the first cached call run the encoder; the repeat does not"
     assert (predictor.embeddings.misses, predictor.embeddings.hits) == (1, 1)
-    assert torch.equal(first, second)
+    assert torch.equal(first, second) and torch.allclose(first, uncached, atol=1e-6)
     assert net.eager.image_embeddings is None, "the shared module must not keep a request's embedding"
     other_image = VistaPredictor(net, class_bucket=8, image_key="image-b")
     other_image(x, **prompts)
-    assert predictor.embeddings.misses == 2, "another image's window is another entry"
+    assert predictor.embeddings.misses == 2 and len(runs) == 3, "another image's window is another entry"
+
+
+def test_whole_volume_prompts_are_not_cached():
+    net = _network()
+    x = torch.rand(1, 1, 64, 64, 64, generator=torch.Generator().manual_seed(3))
+    window = [(slice(None), slice(None), slice(0, 64), slice(0, 64), slice(0, 64))]
+    predictor = VistaPredictor(net, class_bucket=8, image_key="image-a")
+    predictor(x, window, class_vector=torch.tensor([[3]]), transpose=True)
+    assert len(predictor.embeddings) == 0
 
 
 def test_embedding_cache_is_bounded_in_bytes():

@@ -6,11 +6,12 @@ Class prompts: the class head is compiled for a fixed number of classes, and the
 `class_bucket` (repeats of the first class; the head embeds each class on its own, so padding changes nothing) and the
 padded maps are dropped again before stitching. Two class-head shapes then serve every prompt: 1 and the bucket.
 
-Clicks without a class (VISTA3D's point mode) run only the windows around the clicks, and every click of a request
-runs its own window again. VISTA3D's forward can reuse an image embedding it is handed (`image_embeddings` with
-`keep_cache=True`, point mode only), so the encoder output of each (image, window) is kept here, bounded in bytes, and
-a later request that needs that window skips the encoder. With a class (OHIF's clicks) the forward needs both encoder
-branches and has no such entry point, so those clicks run the encoder every time.
+Clicks run only the windows around them, and a clinician clicks again and again on one image. The image encoder's
+output for a window depends on the image and the window alone, so it is kept per (image, window, encoder branches),
+bounded in bytes, and a later click that needs that window skips the encoder. VISTA3D's own reuse hook
+(`image_embeddings` with `keep_cache=True`) serves clicks without a class only; the encoder is therefore wrapped
+(`CachingEncoder`, installed once on the pooled module), which serves clicks with a class (OHIF's) as well. Whole-
+volume prompts are not cached: they touch every window once and would push the clicked windows out.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ EMBEDDING_CACHE_BYTES = 2 * 2**30
 
 
 class EmbeddingCache:
-    """Least recently used tensors, bounded in bytes; the newest entry is always kept."""
+    """Least recently used encoder outputs (tensors, or tuples of tensors and None), bounded in bytes; the newest
+    entry is always kept."""
 
     def __init__(self, max_bytes: int = EMBEDDING_CACHE_BYTES):
         self.max_bytes = max_bytes
@@ -40,7 +42,7 @@ class EmbeddingCache:
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: Hashable) -> torch.Tensor | None:
+    def get(self, key: Hashable) -> Any:
         with self._lock:
             value = self._entries.get(key)
             if value is None:
@@ -50,7 +52,7 @@ class EmbeddingCache:
             self.hits += 1
             return value
 
-    def put(self, key: Hashable, value: torch.Tensor) -> None:
+    def put(self, key: Hashable, value: Any) -> None:
         with self._lock:
             self._entries[key] = value
             self._entries.move_to_end(key)
@@ -58,7 +60,7 @@ class EmbeddingCache:
                 self._entries.popitem(last=False)
 
     def size_bytes(self) -> int:
-        return sum(v.element_size() * v.nelement() for v in self._entries.values())
+        return sum(_nbytes(v) for v in self._entries.values())
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -66,6 +68,40 @@ class EmbeddingCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, (tuple, list)):  # an encoder output: (point branch, label branch), each a list of scales
+        return sum(_nbytes(v) for v in value)
+    return value.element_size() * value.nelement() if torch.is_tensor(value) else 0
+
+
+def _detached(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detached(v) for v in value)
+    return value.detach() if torch.is_tensor(value) else value
+
+
+class CachingEncoder(nn.Module):
+    """Stands in for VISTA3D's `image_encoder`: while `key` names an (image, window), the encoder's output for it
+    comes from the cache when it is there, and goes into it when it is not. With no key it is the encoder itself."""
+
+    def __init__(self, encoder: nn.Module, cache: EmbeddingCache):
+        super().__init__()
+        self.encoder = encoder
+        self.cache = cache
+        self.key: Hashable | None = None
+
+    def forward(self, input_images: torch.Tensor, with_point: bool = True, with_label: bool = True):
+        key = None if self.key is None else (self.key, with_point, with_label)
+        if key is not None:
+            cached = self.cache.get(key)
+            if cached is not None:
+                return cached
+        out = self.encoder(input_images, with_point=with_point, with_label=with_label)
+        if key is not None:
+            self.cache.put(key, _detached(out))
+        return out
 
 
 # One cache per loaded network: embeddings belong to its weights, so a reloaded network starts empty.
@@ -79,6 +115,16 @@ def embedding_cache(network: WarmNetwork) -> EmbeddingCache:
         if cache is None:
             cache = _CACHES[network.eager] = EmbeddingCache()
         return cache
+
+
+def caching_encoder(network: WarmNetwork) -> CachingEncoder:
+    """The pooled module's encoder, wrapped once (the compiled encoder stays inside, warm)."""
+    module = network.eager
+    cache = embedding_cache(network)
+    with _CACHES_LOCK:
+        if not isinstance(module.image_encoder, CachingEncoder):
+            module.image_encoder = CachingEncoder(module.image_encoder, cache)
+        return module.image_encoder
 
 
 class VistaPredictor:
@@ -100,8 +146,8 @@ class VistaPredictor:
             kwargs["patch_coords"] = patch_coords
         if class_vector is not None and point_coords is None and 1 < len(class_vector) < self.class_bucket:
             return self._padded_classes(x, *args, class_vector=class_vector, **kwargs)
-        if class_vector is None and point_coords is not None and patch_coords is not None and self.image_key:
-            return self._with_cached_embedding(x, *args, point_coords=point_coords, **kwargs)
+        if point_coords is not None and patch_coords is not None and self.image_key:
+            return self._with_cached_encoder(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
         return self.network(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
 
     def _padded_classes(self, x, *args, class_vector: torch.Tensor, **kwargs) -> torch.Tensor:
@@ -111,17 +157,12 @@ class VistaPredictor:
         # one map per class: along dim 1 when the forward transposes for an inferer ([1, classes, ...]), else dim 0
         return out[:, :n] if kwargs.get("transpose") else out[:n]
 
-    def _with_cached_embedding(self, x, *args, **kwargs) -> torch.Tensor:
+    def _with_cached_encoder(self, x, *args, **kwargs) -> torch.Tensor:
         window = tuple((s.start, s.stop) for s in kwargs["patch_coords"][0][-3:])
-        key = (self.image_key, window)
-        module = self.network.eager
-        with RUN_LOCK:  # the embedding is state on the shared module: hand it over, run, take it back, as one step
-            cached = self.embeddings.get(key)
-            module.image_embeddings = cached
+        encoder = caching_encoder(self.network)
+        with RUN_LOCK:  # the key is state on the shared module: set it, run, clear it, as one step
+            encoder.key = (self.image_key, window)
             try:
-                out = self.network(x, *args, class_vector=None, keep_cache=True, **kwargs)
-                if cached is None and module.image_embeddings is not None:
-                    self.embeddings.put(key, module.image_embeddings)
+                return self.network(x, *args, **kwargs)
             finally:
-                module.image_embeddings = None
-        return out
+                encoder.key = None
