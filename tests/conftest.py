@@ -17,10 +17,8 @@ import requests
 
 from rocm_zoo import phantom
 from rocm_zoo.sample import SamplePaths, write_bundles, write_studies
+from zoo_test_support import LPS_SPEC, REPO
 
-REPO = Path(__file__).resolve().parents[1]
-# An LPS-stored, anisotropic phantom: clicks and masks must land right whatever the storage orientation.
-LPS_SPEC = phantom.PhantomSpec("phantom_lps", (100, 92, 38), (4.0, 4.2, 5.0), seed=1_000_123, orientation="LPS")
 SERVER_START_TIMEOUT_S = 900
 
 
@@ -50,16 +48,6 @@ def sample_env(tmp_path_factory) -> SampleEnv:
     write_studies(paths, list(specs))
     write_bundles(paths.model_dir, "tiny")
     return SampleEnv(root, app_dir, paths, specs)
-
-
-def flatten_config(tree, prefix: str = "") -> dict:
-    """A bundle config as MONAI's `#` paths -> values (lists of plain values stay values): to compare two configs key
-    by key."""
-    if isinstance(tree, dict):
-        return {k: v for key, sub in tree.items() for k, v in flatten_config(sub, f"{prefix}{key}#").items()}
-    if isinstance(tree, list) and any(isinstance(x, dict) for x in tree):
-        return {k: v for i, sub in enumerate(tree) for k, v in flatten_config(sub, f"{prefix}{i}#").items()}
-    return {prefix[:-1]: tree}
 
 
 def _free_port() -> int:

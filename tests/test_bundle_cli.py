@@ -11,7 +11,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from conftest import REPO
+from zoo_test_support import REPO
 from rocm_zoo.masks import dice
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from rocm_zoo.pool import NetworkPool, NetworkSpec, compiled_graphs
 from rocm_zoo.registry import BUNDLES
 from rocm_zoo.workloads import prepare, workloads_for
 
-from conftest import REPO
+from zoo_test_support import REPO
 
 pytestmark = pytest.mark.slow
 BUNDLE = "spleen_deepedit_annotation"

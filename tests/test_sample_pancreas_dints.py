@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
+from zoo_test_support import REPO
 from rocm_zoo import phantom
 from rocm_zoo.overlay import MEMORY_FORMATS, load_config, load_weights, prepare_network, read_settings
 from rocm_zoo.sample_bundles import pancreas_dints, write_sample_bundle

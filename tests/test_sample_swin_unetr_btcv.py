@@ -16,7 +16,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, flatten_config
+from zoo_test_support import REPO, flatten_config
 from monai.networks.nets import SwinUNETR
 from rocm_zoo import phantom
 from rocm_zoo.compat import swin_unetr

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
+from zoo_test_support import REPO
 from rocm_zoo import phantom
 from rocm_zoo.masks import central_voxel, dice
 from rocm_zoo.overlay import bundle_on_path, load_config, read_settings, submodules_to_compile

@@ -15,7 +15,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, flatten_config
+from zoo_test_support import REPO, flatten_config
 from rocm_zoo import phantom
 from rocm_zoo.overlay import load_weights
 from rocm_zoo.sample_bundles import wholebody_ct as sample

@@ -11,7 +11,7 @@ import requests
 import SimpleITK as sitk
 from monailabel.client import MONAILabelClient
 
-from conftest import LPS_SPEC
+from zoo_test_support import LPS_SPEC
 from rocm_zoo.masks import central_voxel, dice
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import requests
 import SimpleITK as sitk
 from monailabel.client import MONAILabelClient
 
-from conftest import LPS_SPEC
+from zoo_test_support import LPS_SPEC
 
 pytestmark = pytest.mark.slow
 

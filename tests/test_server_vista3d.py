@@ -20,7 +20,7 @@ import pytest
 import requests
 import SimpleITK as sitk
 
-from conftest import LPS_SPEC
+from zoo_test_support import LPS_SPEC
 from rocm_zoo import phantom
 from rocm_zoo.masks import central_voxel
 

@@ -1,0 +1,22 @@
+"""What test modules share besides fixtures. A plain module with its own name: test modules import it, never
+`conftest` (tests/dicomweb has a conftest of its own, and pytest imports both under the one name `conftest`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rocm_zoo import phantom
+
+REPO = Path(__file__).resolve().parents[1]
+# An LPS-stored, anisotropic phantom: clicks and masks must land right whatever the storage orientation.
+LPS_SPEC = phantom.PhantomSpec("phantom_lps", (100, 92, 38), (4.0, 4.2, 5.0), seed=1_000_123, orientation="LPS")
+
+
+def flatten_config(tree, prefix: str = "") -> dict:
+    """A bundle config as MONAI's `#` paths -> values (lists of plain values stay values): to compare two configs key
+    by key."""
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in flatten_config(sub, f"{prefix}{key}#").items()}
+    if isinstance(tree, list) and any(isinstance(x, dict) for x in tree):
+        return {k: v for i, sub in enumerate(tree) for k, v in flatten_config(sub, f"{prefix}{i}#").items()}
+    return {prefix[:-1]: tree}
