@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from rocm_zoo import pacs, phantom
 from rocm_zoo.dicom_series import series_uids
 from rocm_zoo.sample import write_dicom_studies
+from zoo_test_support import free_port, monailabel_server
 
 # Small enough for CPU tests; LPS-stored so geometry mistakes cannot cancel out.
 PACS_SPECS = (phantom.PhantomSpec("pacs_ras", (64, 60, 24), (5.0, 5.2, 6.0), seed=2_000_001),
@@ -28,12 +28,6 @@ class LocalPacs:
     def restart(self) -> None:
         """Starts Orthanc again on the same port and storage (after a test stopped it)."""
         self.process = pacs.start(self.config)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -72,42 +66,11 @@ class PacsServer:
 @pytest.fixture(scope="session")
 def pacs_server(local_pacs, sample_env):
     """`monailabel start_server --studies <Orthanc DICOMweb>` with the rocm_zoo app, on a free loopback port."""
-    import os
-    import subprocess
-    import sys
-    import time
-
-    import requests
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    root = sample_env.root / f"pacs_server_{port}"
+    root = sample_env.root / "pacs_server"
     root.mkdir()
     log_path = root / "server.log"
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TORCHINDUCTOR_CACHE_DIR=str(sample_env.root / "inductor"),
-               MONAI_LABEL_DICOMWEB_CACHE_PATH=str(root / "dicom-cache"))
-    cmd = [sys.executable, "-m", "monailabel.main", "start_server", "--app", str(sample_env.app_dir),
-           "--studies", local_pacs.config.dicomweb_url, "--conf", "models", PACS_MODELS,
-           "--host", "127.0.0.1", "--port", str(port)]
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
-    deadline = time.time() + 600
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text()[-5000:]}")
-            try:
-                if requests.get(f"{url}/info/", timeout=5).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            if time.time() > deadline:
-                pytest.fail(f"server not up after 600 s:\n{log_path.read_text()[-5000:]}")
-            time.sleep(1)
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(sample_env.root / "inductor"),
+           "MONAI_LABEL_DICOMWEB_CACHE_PATH": str(root / "dicom-cache")}
+    with monailabel_server(sample_env.app_dir, local_pacs.config.dicomweb_url, PACS_MODELS, log_path, cwd=root,
+                           timeout_s=600, env=env) as url:
         yield PacsServer(url, root / "dicom-cache", log_path)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
