@@ -10,10 +10,10 @@ network cannot run is an `InvalidRequest` that says why and what to send instead
 from __future__ import annotations
 
 import difflib
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from rocm_zoo.clicks import is_number, voxel_point
 from rocm_zoo.errors import InvalidRequest
 
 Point = tuple[float, float, float]
@@ -73,18 +73,7 @@ def _points(value: Any, key: str, shape: Sequence[int]) -> tuple[Point, ...] | N
     if not isinstance(value, (list, tuple)):
         raise InvalidRequest(f"'{key}' must be a list of voxel coordinates [[i, j, k], ...], not {value!r}")
     shape = [int(s) for s in shape]
-    points = []
-    for p in value:
-        ok = isinstance(p, (list, tuple)) and len(p) == 3 and all(_is_number(c) and math.isfinite(c) for c in p)
-        if not ok:
-            raise InvalidRequest(f"Point {p} in '{key}' is not three voxel coordinates [i, j, k]")
-        if not all(0 <= c < s for c, s in zip(p, shape)):
-            raise InvalidRequest(
-                f"Point {list(p)} in '{key}' is outside the image; voxel coordinates must lie in "
-                f"[0, {shape[0]}) x [0, {shape[1]}) x [0, {shape[2]})"
-            )
-        points.append(tuple(float(c) for c in p))
-    return tuple(points)
+    return tuple(voxel_point(p, shape, f"Point {p} in '{key}'") for p in value)
 
 
 def _point_labels(value: Any, n_points: int) -> tuple[int, ...]:
@@ -94,7 +83,7 @@ def _point_labels(value: Any, n_points: int) -> tuple[int, ...]:
         raise InvalidRequest(f"points and point_labels differ in length ({n_points} points, {len(value)} labels); "
                              "send one label per point (1 foreground, 0 background)")
     for v in value:
-        if not _is_number(v) or v not in (0, 1):
+        if not is_number(v) or v not in (0, 1):
             raise InvalidRequest(f"point_labels must be 1 (foreground) or 0 (background), not {v!r}")
     return tuple(int(v) for v in value)
 
@@ -111,7 +100,7 @@ def _classes(value: Any, labels: Mapping[str, int]) -> tuple[int, ...] | None:
             classes.append(names[v.lower()])
         elif isinstance(v, str) and v.strip().isdigit():
             classes.append(int(v))
-        elif _is_number(v) and float(v).is_integer():
+        elif is_number(v) and float(v).is_integer():
             classes.append(int(v))
         else:
             raise InvalidRequest(f"label_prompt entry {v!r} is neither a VISTA3D class id nor a label name (see /info)")
@@ -120,7 +109,3 @@ def _classes(value: Any, labels: Mapping[str, int]) -> tuple[int, ...] | None:
             raise InvalidRequest(f"Class id {c} in label_prompt is out of range: VISTA3D's classes are "
                                  f"{ids[0]}..{ids[-1]} (names and ids in /info; 0 is the background)")
     return tuple(dict.fromkeys(classes))  # repeated ids would only repeat work
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict
 
 from monai.apps.deepedit.transforms import AddGuidanceSignalDeepEditd
 
 from rocm_zoo import phantom
+from rocm_zoo.clicks import voxel_point
 from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.guidance import DeviceGuidanceSignald
 from rocm_zoo.masks import central_voxel
@@ -49,11 +49,4 @@ class DeepEditTask(OverlayBundleTask):
                 data[key] = []
                 continue
             for point in value:
-                ok = len(point) == 3 and all(isinstance(c, (int, float)) and math.isfinite(c) for c in point)
-                if not ok:
-                    raise InvalidRequest(f"Click {point} on '{key}' is not three voxel coordinates [i, j, k]")
-                if not all(0 <= c < s for c, s in zip(point, shape)):
-                    raise InvalidRequest(
-                        f"Click {point} on '{key}' is outside the image; voxel coordinates must lie in "
-                        f"[0, {shape[0]}) x [0, {shape[1]}) x [0, {shape[2]})"
-                    )
+                voxel_point(point, shape, f"Click {point} on '{key}'")
