@@ -27,7 +27,7 @@ import torch
 
 from rocm_zoo import phantom
 from rocm_zoo.backend import describe, detect_backend
-from rocm_zoo.bench import default_overlay, percentile, versions
+from rocm_zoo.bench import default_overlay, dice_per_label, percentile, versions
 from rocm_zoo.registry import BUNDLES, TASKS
 
 logger = logging.getLogger(__name__)
@@ -96,16 +96,6 @@ def time_study(task, image: Path, device: str, request: dict) -> tuple[float, Pa
     return seconds, Path(label), peak
 
 
-def _dice(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    out = {}
-    for c in np.union1d(np.unique(a), np.unique(b)).tolist():
-        if c == 0:
-            continue
-        x, y = a == c, b == c
-        out[str(int(c))] = round(2 * float((x & y).sum()) / float(x.sum() + y.sum()), 5)
-    return out
-
-
 def _labels(path: Path) -> np.ndarray:
     return np.asarray(nib.load(str(path)).dataobj).squeeze().astype(np.int32)
 
@@ -156,7 +146,8 @@ def run_batch_bench(bundle_dirs: list[Path], images: list[Path], out_dir: Path, 
             ref = labels.get(("stock", row["study"])) if row["bundle"] == bundle_dir.name else None
             mine = labels.get((row["path"], row["study"])) if row["bundle"] == bundle_dir.name else None
             if ref is not None and mine is not None:
-                row["dice_vs_stock"] = _dice(mine, ref)
+                dice = dice_per_label(torch.from_numpy(mine), torch.from_numpy(ref))
+                row["dice_vs_stock"] = {label: round(d, 5) for label, d in dice.items()}
                 row["voxels_equal_to_stock"] = round(float((mine == ref).mean()), 5)
     (out_dir / "batch.json").write_text(json.dumps(record, indent=2))
     (out_dir / "batch.md").write_text(markdown(record))
