@@ -37,3 +37,19 @@ def test_other_windows_are_not_padded():
     assert net.padded_batch((2, 1, 8, 8, 6)) == 2
     assert net.padded_batch((4, 1, 8, 8, 8)) == 4
     assert net.padded_batch((5, 1, 8, 8, 8)) == 5
+
+
+def test_one_channel_inputs_of_any_layout_run_the_warmed_graph():
+    # The same bytes reach a network with different strides: a click's window sliced from the image, one padded to
+    # the window, a one-channel tensor whose channel stride is 1 (channels-last). Dynamo guards on every stride, so
+    # without one layout at the entry each of these compiled again (VISTA3D's encoder on a first click: 10 s, H200).
+    net = warm_conv(compile_it=True)
+    net.warm([(1, 1, 8, 8, 8)])
+    graphs = compiled_graphs()
+    data = torch.rand(1, 1, 8, 8, 8)
+    channel_stride_one = torch.empty(1, 1, 8, 8, 8, memory_format=torch.channels_last_3d).copy_(data)
+    window = torch.zeros(1, 1, 12, 10, 9)
+    window[..., 2:10, 1:9, :8] = data
+    for x in (data, channel_stride_one, window[..., 2:10, 1:9, :8], data[:, :1]):
+        assert torch.allclose(net(x), net.eager(data), atol=1e-5)
+    assert compiled_graphs() == graphs, "an input layout compiled a new graph"

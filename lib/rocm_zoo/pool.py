@@ -61,6 +61,19 @@ def compiled_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+def in_layout(x: torch.Tensor, memory_format: torch.memory_format) -> torch.Tensor:
+    """`x` dense in `memory_format`, with the strides a new tensor of that format has, so a compiled network sees one
+    layout. `contiguous()` keeps the stride of a size-1 dimension as it finds it, and Dynamo guards on that stride
+    too: a one-channel click window sliced from the image and one padded to the window compiled VISTA3D's encoder
+    twice, the second time on a clinician's first click (10 s on the H200)."""
+    strides = torch.empty(x.shape, device="meta", memory_format=memory_format).stride()
+    if x.stride() == strides:
+        return x
+    if x.is_contiguous(memory_format=memory_format):  # the same bytes: only the unused strides differ
+        return x.as_strided(x.shape, strides)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=memory_format).copy_(x)
+
+
 @dataclass
 class WarmNetwork:
     key: PoolKey
@@ -89,7 +102,7 @@ class WarmNetwork:
         full = self.padded_batch(tuple(x.shape)) if not (args or kwargs) else n
         if full > n:
             x = torch.cat([x, x.new_zeros((full - n, *x.shape[1:]))])
-        x = x.contiguous(memory_format=MEMORY_FORMATS[self.key.memory_format])
+        x = in_layout(x, MEMORY_FORMATS[self.key.memory_format])
         autocast = (
             torch.autocast(self.backend.device.split(":")[0], dtype=self.dtype)
             if self.dtype != torch.float32
