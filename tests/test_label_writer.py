@@ -38,3 +38,19 @@ def test_labels_beyond_uint8_fall_back_to_the_stock_writer():
             "image_path": "x.nii.gz"}
     out, _ = DeviceLabelWriter(label="pred", json="result")(data)
     assert sitk.GetArrayFromImage(sitk.ReadImage(out)).max() == 300
+
+
+def test_nifti_gz_holds_the_bytes_itk_writes(tmp_path):
+    import gzip
+
+    import itk
+
+    from rocm_zoo.tasks.label_writer import write_nifti_gz
+
+    zyx = (np.random.default_rng(0).random((11, 29, 37)) * 3).astype(np.uint8)
+    image = itk.image_view_from_array(zyx)
+    image.SetSpacing([0.98, 0.98, 5.0])
+    itk.imwrite(image, str(tmp_path / "itk.nii.gz"), True)
+    write_nifti_gz(image, str(tmp_path / "ours.nii.gz"))
+    assert gzip.decompress((tmp_path / "ours.nii.gz").read_bytes()) == gzip.decompress((tmp_path / "itk.nii.gz").read_bytes())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["itk.nii.gz", "ours.nii.gz"]  # no uncompressed file left
