@@ -27,6 +27,8 @@ def test_stock_and_rocm_zoo_segment_the_same_study_alike(tmp_path):
     assert set(rows) == {"stock", "rocm_zoo"}
     for row in rows.values():
         assert row["study_shape"] == list(spec.shape) and len(row["times_s"]) == 2 and row["p50_s"] > 0
+        stages = row["stage_p50_s"]
+        assert {"pre", "infer", "write"} <= set(stages) and 0 < stages["infer"] <= row["p50_s"], stages
     assert rows["stock"]["warm_s"] is None and rows["rocm_zoo"]["warm_s"] > 0
     # Untrained weights (105 nearly tied scores): fp32 eager on host transforms vs the overlay's path; on a CPU the
     # overlay's bf16 autocast, channels-last, compile and float16 stitching are what differ.

@@ -83,17 +83,19 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_study(task, image: Path, device: str, request: dict) -> tuple[float, Path, float | None]:
-    """Seconds from the image file to the label file, the label file, and the peak GPU memory (GB) it took."""
+def time_study(task, image: Path, device: str, request: dict) -> tuple[float, Path, float | None, dict]:
+    """Seconds from the image file to the label file, the label file, the peak GPU memory (GB) it took, and the
+    task's own stage latencies (MONAI Label's pre / infer / post / write)."""
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats(device)
     _sync(device)
     start = time.perf_counter()
-    label, _ = task({"image": str(image), "result_extension": ".nii.gz", **request})
+    label, result = task({"image": str(image), "result_extension": ".nii.gz", **request})
     _sync(device)
     seconds = time.perf_counter() - start
     peak = round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.startswith("cuda") else None
-    return seconds, Path(label), peak
+    stages = {k: v for k, v in (result or {}).get("latencies", {}).items() if isinstance(v, (int, float))}
+    return seconds, Path(label), peak, stages
 
 
 def _labels(path: Path) -> np.ndarray:
@@ -123,11 +125,12 @@ def run_batch_bench(bundle_dirs: list[Path], images: list[Path], out_dir: Path, 
                 task.warm()
                 warm_s = round(time.perf_counter() - start, 1)
             for image in images:
-                times, peaks = [], []
+                times, peaks, stages = [], [], []
                 for _ in range(repeats):
-                    seconds, label, peak = time_study(task, image, dev, request)
+                    seconds, label, peak, stage = time_study(task, image, dev, request)
                     times.append(seconds)
                     peaks.append(peak)
+                    stages.append(stage)
                     labels[(path, image.name)] = _labels(label)
                     label.unlink(missing_ok=True)
                 shape = list(nib.load(str(image)).shape)
@@ -135,7 +138,9 @@ def run_batch_bench(bundle_dirs: list[Path], images: list[Path], out_dir: Path, 
                        "warm_s": warm_s, "p50_s": round(statistics.median(times), 3),
                        "p90_s": round(percentile(times, 90), 3), "times_s": [round(t, 3) for t in times],
                        "studies_per_min": round(60 / statistics.median(times), 2),
-                       "peak_gpu_memory_gb": max(peaks) if peaks[0] is not None else None}
+                       "peak_gpu_memory_gb": max(peaks) if peaks[0] is not None else None,
+                       "stage_p50_s": {k: round(statistics.median(s.get(k, 0.0) for s in stages), 3)
+                                       for k in stages[0]}}
                 record["rows"].append(row)
                 logger.info("%s %s %s: p50 %.2f s", bundle_dir.name, path, image.name, row["p50_s"])
                 (out_dir / "batch.json").write_text(json.dumps(record, indent=2))  # partial results survive a time-out
