@@ -27,7 +27,7 @@ from monai.data import MetaTensor
 from monai.transforms import CropForegroundd
 from monai.utils import ensure_tuple_rep
 
-from rocm_zoo import phantom
+from rocm_zoo import components, phantom
 from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.image_cache import IMAGE_ONLY_TRANSFORMS
 from rocm_zoo.masks import central_voxel
@@ -50,6 +50,10 @@ class Vista3dTask(OverlayBundleTask):
     # Small (160 x 128 x 60 mm, 4 windows of the tiny sample's 64^3 patch): the warm-up needs the shapes, not volume.
     warm_spec = phantom.PhantomSpec("vista3d_warmup", (40, 32, 12), (4.0, 4.0, 5.0), seed=phantom.test_specs(1)[0].seed,
                                     orientation="LPS")
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        components.install()  # the click-region steps on the device where MONAI would copy them to the host
 
     # -- labels and shapes -------------------------------------------------------------------------------------------
     @functools.cached_property

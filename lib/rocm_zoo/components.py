@@ -1,0 +1,127 @@
+"""VISTA3D's connected-component steps on the GPU, with MONAI's results to the voxel.
+
+After a click VISTA3D keeps only the connected regions that hold the clicks (`keep_merge_components_with_points` in
+the network's forward when a click comes with a class, OHIF's request; `keep_components_with_positive_points` in the
+bundle's post transform, Slicer's). MONAI labels the regions with cuCIM on the GPU where cuCIM is installed, else it
+copies the masks to the host and labels them with scikit-image; ROCm has no cuCIM, and the lent H200 image has none
+either. Here the regions are labelled on the device by propagation: every voxel of a mask starts with a value that
+orders it as scikit-image's raster-order numbering does, and a 3x3x3 max filter (26-connectivity, scikit-image's
+`connectivity=3` in 3-D) spreads the largest value over each region until nothing changes. The region values then
+order regions as scikit-image's labels do, which MONAI's "largest label near the click" rule needs.
+
+`install()` routes MONAI's two functions here for tensors on a GPU without cuCIM; anything else still goes to MONAI.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+CHECK_EVERY = 8  # filter steps between checks for convergence (each check waits for the device)
+
+
+def label_regions(mask: torch.Tensor) -> torch.Tensor:
+    """For a 3-D bool mask, a float64 map: 0 outside the mask; inside, one value per 26-connected region, larger for a
+    region whose first voxel in C order comes earlier (scikit-image numbers regions 1, 2, ... in that order)."""
+    n = mask.numel()
+    m = mask.to(torch.float64)[None, None]
+    # n - flat index: the region's largest start value is that of its first voxel in C order
+    values = torch.arange(n, 0, -1, dtype=torch.float64, device=mask.device).view(m.shape) * m
+    while True:
+        previous = values
+        for _ in range(CHECK_EVERY):
+            values = F.max_pool3d(values, 3, stride=1, padding=1) * m
+        if torch.equal(previous, values):  # a whole round without a change: every region holds its largest value
+            return values[0, 0]
+
+
+def _largest_label_near(regions: torch.Tensor, point: Sequence[int], margins: int) -> torch.Tensor | None:
+    """MONAI's rule: in the smallest cube around the point (half-side 0, 1, ... margins - 1) that meets a region, the
+    region with the largest scikit-image label, i.e. the smallest value here. None if no cube meets one."""
+    x, y, z = point
+    for margin in range(margins):
+        cube = regions[max(x - margin, 0): x + margin + 1, max(y - margin, 0): y + margin + 1,
+                       max(z - margin, 0): z + margin + 1]
+        inside = cube[cube > 0]
+        if inside.numel():
+            return regions == inside.min()
+    return None
+
+
+def _rounded(point: torch.Tensor) -> list[int]:
+    return point.float().round().int().tolist()
+
+
+def keep_merge_components_with_points(img_pos: torch.Tensor, img_neg: torch.Tensor, point_coords: torch.Tensor,
+                                      point_labels: torch.Tensor, pos_val: Sequence[int] = (1, 3),
+                                      neg_val: Sequence[int] = (0, 2), margins: int = 3) -> torch.Tensor:
+    """monai.transforms.utils.keep_merge_components_with_points for one mask ([1, 1, H, W, D] bool tensors)."""
+    regions = {"pos": label_regions(img_pos[0, 0]), "neg": label_regions(img_neg[0, 0])}
+    out = torch.zeros_like(img_pos)
+    for p, label in zip(point_coords[0], point_labels[0].tolist()):
+        kind = "pos" if label in pos_val else "neg" if label in neg_val else None
+        if kind is None:  # a padding point
+            continue
+        region = _largest_label_near(regions[kind], _rounded(p), margins)
+        if region is not None:
+            out[0, 0] |= region
+    return out
+
+
+def keep_components_with_positive_points(img: torch.Tensor, point_coords: torch.Tensor,
+                                         point_labels: torch.Tensor) -> torch.Tensor:
+    """monai.transforms.utils.keep_components_with_positive_points (img [1, B, H, W, D], logits with NaN)."""
+    outs = torch.zeros_like(img, dtype=torch.bool)
+    for c in range(len(point_coords)):
+        positive = (point_labels[c] == 3) | (point_labels[c] == 1)
+        if not positive.any():
+            continue
+        # MONAI lists label-3 points before label-1 points; the kept regions do not depend on the order
+        coords = point_coords[c, point_labels[c] == 3].tolist() + point_coords[c, point_labels[c] == 1].tolist()
+        not_nan = ~torch.isnan(img[0, c])
+        pos_mask = img[0, c] > 0  # NaN compares False, as MONAI's nan_to_num(img > 0) gives
+        regions = label_regions(pos_mask)
+        for p in coords:
+            value = regions[round(p[0]), round(p[1]), round(p[2])]
+            if value > 0:
+                outs[0, c] |= regions == value
+        fill_in = img[0, c][~outs[0, c] & not_nan].mean()
+        img[0, c][pos_mask & ~outs[0, c]] = fill_in
+    return img
+
+
+@functools.cache
+def _has_cucim() -> bool:
+    from monai.utils import optional_import
+
+    return optional_import("cucim.skimage")[1] and optional_import("cupy")[1]
+
+
+def _on_gpu_without_cucim(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type != "cpu" and not _has_cucim()
+
+
+def install() -> None:
+    """Route MONAI's VISTA3D component steps here for GPU tensors without cuCIM (idempotent)."""
+    import monai.apps.vista3d.transforms as vista_transforms
+    import monai.networks.nets.vista3d as vista_net
+
+    if getattr(vista_net.lcc, "rocm_zoo", False):
+        return
+    monai_merge, monai_keep = vista_net.lcc, vista_transforms.keep_components_with_positive_points
+
+    def merge(img_pos, img_neg, point_coords, point_labels, *args, **kwargs):
+        if _on_gpu_without_cucim(img_pos) and img_pos.shape[:2] == (1, 1):
+            return keep_merge_components_with_points(img_pos, img_neg, point_coords, point_labels, *args, **kwargs)
+        return monai_merge(img_pos, img_neg, point_coords, point_labels, *args, **kwargs)
+
+    def keep(img, point_coords, point_labels):
+        if _on_gpu_without_cucim(img):
+            return keep_components_with_positive_points(img, point_coords, point_labels)
+        return monai_keep(img, point_coords, point_labels)
+
+    merge.rocm_zoo = keep.rocm_zoo = True
+    vista_net.lcc, vista_transforms.keep_components_with_positive_points = merge, keep
