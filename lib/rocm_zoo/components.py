@@ -24,12 +24,13 @@ CHECK_EVERY = 8  # filter steps between checks for convergence (each check waits
 
 
 def label_regions(mask: torch.Tensor) -> torch.Tensor:
-    """For a 3-D bool mask, a float64 map: 0 outside the mask; inside, one value per 26-connected region, larger for a
+    """For a 3-D bool mask, a float map: 0 outside the mask; inside, one value per 26-connected region, larger for a
     region whose first voxel in C order comes earlier (scikit-image numbers regions 1, 2, ... in that order)."""
     n = mask.numel()
-    m = mask.to(torch.float64)[None, None]
+    dtype = torch.float32 if n <= 2**24 else torch.float64  # every start value exact: float32 up to 2^24
+    m = mask.to(dtype)[None, None]
     # n - flat index: the region's largest start value is that of its first voxel in C order
-    values = torch.arange(n, 0, -1, dtype=torch.float64, device=mask.device).view(m.shape) * m
+    values = torch.arange(n, 0, -1, dtype=dtype, device=mask.device).view(m.shape) * m
     while True:
         previous = values
         for _ in range(CHECK_EVERY):
