@@ -6,11 +6,12 @@ This file only composes; the engine is the `rocm_zoo` package (lib/rocm_zoo).
 
 import os
 import sys
+import time
 
 from monailabel.config import settings
 from monailabel.interfaces.app import MONAILabelApp
 
-from rocm_zoo import __version__
+from rocm_zoo import __version__, request_stages
 from rocm_zoo.errors import ImageNotFound, ModelNotFound
 from rocm_zoo.tasks import batch_routes, http_errors
 from rocm_zoo.tasks.batch import BatchRunner
@@ -79,9 +80,13 @@ class MyApp(MONAILabelApp):
             raise ModelNotFound(f"There is no model '{model}'. {why}")
         image = request.get("image")
         store = datastore or self.datastore()
-        if isinstance(image, str) and image and not os.path.exists(image) and not store.get_image_uri(image):
-            raise ImageNotFound(f"Image '{image}' is not in the datastore")
-        return super().infer(request, datastore)
+        start = time.perf_counter()
+        with request_stages.recording() as stages:  # fetch series, convert, encode SEG, store: timed by the store
+            if isinstance(image, str) and image and not os.path.exists(image) and not store.get_image_uri(image):
+                raise ImageNotFound(f"Image '{image}' is not in the datastore")
+            result = super().infer(request, datastore)
+        request_stages.report(result, stages, time.perf_counter() - start, model, str(image))
+        return result
 
     def info(self):
         meta = super().info()

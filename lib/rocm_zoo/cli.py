@@ -140,6 +140,15 @@ def _bench_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_ohif(args: argparse.Namespace) -> int:
+    from rocm_zoo.bench_ohif import run_ohif_bench
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stops the browser, the server and Orthanc on the way out
+    run_ohif_bench(out_dir=Path(args.out), repeats=args.repeats, models=tuple(args.model or ("wholeBody_ct", "vista3d")),
+                   work_dir=Path(args.work) if args.work else None, command=" ".join(["rocm-zoo", *sys.argv[1:]]))
+    return 0
+
+
 def _bench_arguments(s: argparse.ArgumentParser, bundle_help: str, out_help: str, repeatable: bool = False) -> None:
     s.add_argument("--bundle-dir", required=True, help=bundle_help, action="append" if repeatable else "store")
     s.add_argument("--overlay", help="overlay file (default apps/rocm_zoo/overlays/<bundle>/inference_rocm.json)")
@@ -235,6 +244,16 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="bench-out", help="folder for batch.json, batch.md (and the phantoms)")
     s.add_argument("--device", default="auto")
     s.set_defaults(func=_bench_batch)
+
+    s = sub.add_parser("bench-ohif", help="OHIF 'Run' to segmentation shown, in headless Chromium against a local "
+                       "Orthanc, first and repeated, with the server's per-stage split (CPU, tiny sample bundles)")
+    s.add_argument("--model", action="append", choices=["wholeBody_ct", "vista3d"],
+                   help="only this model (default both: wholeBody_ct's auto segmentation, a VISTA3D spleen point)")
+    s.add_argument("--repeats", type=int, default=5, help="Runs after the first (default 5)")
+    s.add_argument("--out", default="bench-out", help="folder for bench_ohif.json and bench_ohif.md")
+    s.add_argument("--work", help="folder for the app copy, DICOM, Orthanc and server logs (default: a temp folder, "
+                   "removed afterwards)")
+    s.set_defaults(func=_bench_ohif)
     return p
 
 

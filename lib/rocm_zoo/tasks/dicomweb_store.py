@@ -9,6 +9,8 @@ Reading images is MONAI Label's (WADO-RS download, SimpleITK conversion), with t
 once and reused while its instance list in the PACS is unchanged, within a byte budget (`SeriesCache`), so clicks
 do not fetch and convert it again; a series that is not a CT volume is refused from its headers before conversion;
 a PACS that is down or a series deleted mid-session is a clear error (503 after retries / 404), never a stale image.
+
+Each stage a request spends here (fetch series, convert, encode SEG, store) is timed into `request_stages`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from monailabel.datastore.utils.convert import binary_to_image, dicom_to_nifti
 from monailabel.datastore.utils.dicom import dicom_web_download_series
 from monailabel.interfaces.datastore import DefaultLabelTag
 
-from rocm_zoo import dicom_seg
+from rocm_zoo import dicom_seg, request_stages
 from rocm_zoo.errors import ImageNotFound, PacsUnavailable
 from rocm_zoo.series_cache import SeriesCache, series_signature
 from rocm_zoo.series_check import check_series
@@ -81,7 +83,6 @@ class SegDicomWebDatastore(DICOMWebDatastore):
         self._labels_of = labels_of
         self.series_cache = SeriesCache(max_cache_bytes, self._remove_local)
         self._convert_lock = threading.Lock()
-        self.last_fetch: Dict[str, Any] = {}  # stage seconds of the last series fetched and converted
 
     def series_dir(self, image_id: str) -> str:
         return os.path.realpath(os.path.join(self._datastore.image_path(), image_id))
@@ -90,7 +91,8 @@ class SegDicomWebDatastore(DICOMWebDatastore):
         return os.path.realpath(os.path.join(self._datastore.image_path(), f"{image_id}.nii.gz"))
 
     def get_image_uri(self, image_id: str) -> str:
-        signature = self.series_signature(image_id)
+        with request_stages.timed("fetch_series"):  # a cached series costs its look-up here, nothing else
+            signature = self.series_signature(image_id)
         nifti = self.nifti_path(image_id)
         with self._convert_lock:  # concurrent clicks on a new series wait for one conversion
             if self.series_cache.lookup(image_id, signature) and os.path.exists(nifti):
@@ -98,27 +100,28 @@ class SegDicomWebDatastore(DICOMWebDatastore):
             self._remove_local(image_id)  # whatever is on disk is of an unknown or older version
             start = time.perf_counter()
             folder = self.series_dir(image_id)
-            self._pacs_call(f"download series {image_id}", lambda: dicom_web_download_series(
-                None, image_id, folder, self._client, self._fetch_by_frame), image_id)
+            with request_stages.timed("fetch_series"):
+                self._pacs_call(f"download series {image_id}", lambda: dicom_web_download_series(
+                    None, image_id, folder, self._client, self._fetch_by_frame), image_id)
             fetched = time.perf_counter()
             try:
-                files = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".dcm")]
-                check_series(image_id, [pydicom.dcmread(f, stop_before_pixels=True) for f in files])
-                converted = dicom_to_nifti(folder)
-                try:
-                    LocalDatastore.add_image(self, image_id, converted, self._dicom_info(image_id))
-                finally:
-                    if os.path.exists(converted):
-                        os.unlink(converted)
+                with request_stages.timed("convert"):
+                    files = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".dcm")]
+                    check_series(image_id, [pydicom.dcmread(f, stop_before_pixels=True) for f in files])
+                    converted = dicom_to_nifti(folder)
+                    try:
+                        LocalDatastore.add_image(self, image_id, converted, self._dicom_info(image_id))
+                    finally:
+                        if os.path.exists(converted):
+                            os.unlink(converted)
             except Exception:
                 self._remove_local(image_id)
                 raise
             done = time.perf_counter()
             nbytes = os.path.getsize(nifti) + sum(os.path.getsize(f) for f in files)
             self.series_cache.add(image_id, signature, nbytes)
-            self.last_fetch = {"series": image_id, "fetch_series_s": fetched - start, "convert_s": done - fetched,
-                               "bytes": nbytes}
-            logger.info("series %s fetched in %.2f s, converted in %.2f s", image_id, fetched - start, done - fetched)
+            logger.info("series %s fetched in %.2f s, converted in %.2f s (%.1f MB)", image_id, fetched - start,
+                        done - fetched, nbytes / 1e6)
             return nifti
 
     def series_signature(self, image_id: str) -> str:
@@ -187,12 +190,14 @@ class SegDicomWebDatastore(DICOMWebDatastore):
                 rgb = tuple(item.get("color") or label_colour(item["name"]))[:3]
                 segments[int(item["idx"])] = dicom_seg.Segment(int(item["idx"]), str(item["name"]), rgb)
         folder = self.series_dir(image_id)
-        source = [pydicom.dcmread(os.path.join(folder, f), stop_before_pixels=True)
-                  for f in sorted(os.listdir(folder)) if f.endswith(".dcm")]
-        label, affine = read_label(label_filename)
-        seg = dicom_seg.encode(label, affine, source, segments, algorithm=model or "manual",
-                               series_description=f"{model or 'label'} (rocm_zoo)")
-        self._client.store_instances([seg])
+        with request_stages.timed("encode_seg"):
+            source = [pydicom.dcmread(os.path.join(folder, f), stop_before_pixels=True)
+                      for f in sorted(os.listdir(folder)) if f.endswith(".dcm")]
+            label, affine = read_label(label_filename)
+            seg = dicom_seg.encode(label, affine, source, segments, algorithm=model or "manual",
+                                   series_description=f"{model or 'label'} (rocm_zoo)")
+        with request_stages.timed("store"):
+            self._client.store_instances([seg])
         logger.info("label of %s stored in the PACS as SEG series %s (%d segments)", image_id,
                     seg.SeriesInstanceUID, len(seg.SegmentSequence))
         return {"SeriesInstanceUID": str(seg.SeriesInstanceUID), "StudyInstanceUID": str(seg.StudyInstanceUID),

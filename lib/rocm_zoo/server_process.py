@@ -1,0 +1,58 @@
+"""The rocm_zoo MONAI Label server as a child process on a free loopback port: for the tests and the OHIF benchmark."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import requests
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or did not answer in time; the message carries the tail of its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def monailabel_server(app_dir: Path, studies: str, models: str, log_path: Path, cwd: Path, timeout_s: float,
+                      env: dict[str, str]) -> Iterator[str]:
+    """`monailabel start_server --app APP --studies STUDIES --conf models MODELS` on a free loopback port, with `env`
+    added to the environment; yields its URL once `/info/` answers, stops it afterwards."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "monailabel.main", "start_server", "--app", str(app_dir), "--studies", studies,
+           "--conf", "models", models, "--host", "127.0.0.1", "--port", str(port)]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
+    deadline = time.time() + timeout_s
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise ServerStartError(f"server exited with {proc.returncode}:\n{log_path.read_text()[-5000:]}")
+            try:
+                if requests.get(f"{url}/info/", timeout=5).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.time() > deadline:
+                raise ServerStartError(f"server not up after {timeout_s} s:\n{log_path.read_text()[-5000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
