@@ -30,6 +30,7 @@ from rocm_zoo.volume_check import first_line
 logger = logging.getLogger(__name__)
 
 IN_FLIGHT_PER_WORKER = 2
+REVIVE_POLL_S = 1.0
 
 
 def _lost_errors() -> tuple[type, ...]:
@@ -94,6 +95,10 @@ class RayEngine:
                 worker = reviving.pop(ref)
                 try:
                     info = ray.get(ref)
+                except ray.exceptions.ActorUnavailableError:  # still restarting: ask again shortly
+                    time.sleep(REVIVE_POLL_S)
+                    reviving[pool.actors[worker].describe.remote()] = worker
+                    continue
                 except lost as e:
                     dead.add(worker)
                     pool.events.append(_event(pool, worker, "dropped", first_line(e)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     if address:
+        _check_reachable(address)
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as e:
@@ -46,6 +48,19 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
         return
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
              log_to_driver=False, logging_level=logging.WARNING)
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A HOST:PORT that does not accept a connection fails here, in seconds; ray.init would retry for minutes."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return  # "auto", "ray://...": Ray resolves those itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise RayUnavailable(f"cannot reach a Ray cluster at {address}: {e}. Start one with `ray start --head "
+                             "--port PORT` on the head node (same Python and rocm_zoo on every node), or leave "
+                             "--address out to run on this machine only.") from e
 
 
 def worker_spec(model: str, model_dir: Path, overlays_dir: Path, extra_overlays: tuple[Path, ...] = (),
