@@ -14,7 +14,7 @@ from monailabel.interfaces.app import MONAILabelApp
 from rocm_zoo import __version__, request_stages
 from rocm_zoo.errors import ImageNotFound, ModelNotFound
 from rocm_zoo.tasks import batch_routes, http_errors
-from rocm_zoo.tasks.batch import BatchRunner
+from rocm_zoo.tasks.batch import BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.tasks.datastore import CheckedLocalDatastore
 from rocm_zoo.tasks.zoo import Zoo
 
@@ -53,8 +53,9 @@ class MyApp(MONAILabelApp):
         if "monailabel.app" in sys.modules:
             web = sys.modules["monailabel.app"].app
             http_errors.install(web)
-            # Batch inference in this process, with the warm models (MONAI Label's would start a new process).
-            self.batch_runner = BatchRunner(self.infer, self._select_images)
+            # Batch inference in this process, with the warm models (MONAI Label's would start a new process), or on
+            # Ray workers with `--conf batch_engine ray`.
+            self.batch_runner = BatchRunner(self._batch_engine(), lambda s: select_images(self.datastore(), s))
             batch_routes.install(web, self.batch_runner, lambda: list(self._infers))
         if self.zoo.config.warmup:
             self.zoo.warm()
@@ -64,13 +65,16 @@ class MyApp(MONAILabelApp):
         labels = getattr(self._infers.get(model), "labels", None) or {}
         return labels if isinstance(labels, dict) else {name: i for i, name in enumerate(labels, start=1)}
 
-    def _select_images(self, selection: str) -> list:
-        store = self.datastore()
-        if selection == "labeled":
-            return store.get_labeled_images()
-        if selection == "unlabeled":
-            return store.get_unlabeled_images()
-        return store.list_images()
+    def _save_label(self, image_id, label_file, tag, model, params):
+        return save_study_label(self.datastore(), image_id, label_file, tag, model, params)
+
+    def _batch_engine(self):
+        conf = self.zoo.config
+        if conf.batch_engine == "ray":
+            from rocm_zoo.ray_batch import server_engine
+
+            return server_engine(conf, self.zoo.model_dir, self.zoo.overlays_dir, self.datastore)
+        return InProcessEngine(self.infer, self._save_label)
 
     def infer(self, request, datastore=None):
         model = request.get("model")

@@ -149,6 +149,33 @@ def _bench_ohif(args: argparse.Namespace) -> int:
     return 0
 
 
+def _batch(args: argparse.Namespace) -> int:
+    from rocm_zoo.errors import RocmZooError
+    from rocm_zoo.ray_batch import progress_line, run_batch, summary
+    from rocm_zoo.sample import REPO_ROOT, default_paths
+
+    app = REPO_ROOT / "apps" / "rocm_zoo"
+    studies = Path(args.studies or default_paths().studies)
+    report = Path(args.report) if args.report else studies / "batch-reports" / f"{args.model}-{args.tag}.json"
+
+    def show(run, outcome) -> None:
+        failed = "" if outcome.ok else f" FAILED: {outcome.reason}"
+        print(f"{progress_line(run)} | {outcome.image}{failed}", flush=True)
+
+    try:
+        record = run_batch(model=args.model, studies=studies, selection=args.images, image_ids=args.image,
+                           tag=args.tag, address=args.address, workers=args.workers, max_retries=args.max_retries,
+                           restarts=args.worker_restarts, device=args.device,
+                           model_dir=Path(args.model_dir or app / "model"), overlays_dir=app / "overlays",
+                           extra_overlays=tuple(map(Path, args.overlay or ())), report=report, on_outcome=show)
+    except RocmZooError as e:
+        print(f"rocm-zoo batch: {e}", file=sys.stderr)
+        return 2
+    print(summary(record))
+    print(f"report: {report}")
+    return 1 if record["failed"] else 0
+
+
 def _bench_arguments(s: argparse.ArgumentParser, bundle_help: str, out_help: str, repeatable: bool = False) -> None:
     s.add_argument("--bundle-dir", required=True, help=bundle_help, action="append" if repeatable else "store")
     s.add_argument("--overlay", help="overlay file (default apps/rocm_zoo/overlays/<bundle>/inference_rocm.json)")
@@ -204,6 +231,37 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("env", help="print the detected backend and the environment it wants")
     s.add_argument("--device", default="auto")
     s.set_defaults(func=_env)
+
+    s = sub.add_parser(
+        "batch", help="segment a studies folder with a batch model on Ray workers (every GPU, or several hosts)",
+        description="Segments the studies of a datastore folder (NIfTI/NRRD files, as `rocm-zoo serve --studies` "
+        "uses it) with one warm worker per GPU, as Ray actors, and writes labels as the server's batch does: "
+        "<studies>/labels/<tag>/, atomically, never under 'final'. This process reads the studies and writes the "
+        "labels; workers on other hosts need only the same Python environment and the bundle at the same path. "
+        "A worker that dies loses no study: its studies run again on another worker (at most --max-retries times), "
+        "Ray restarts the worker (--worker-restarts) or it is dropped. Exit status 1 if any study failed.")
+    s.add_argument("--model", required=True, help="batch model: wholeBody_ct, swin_unetr_btcv, pancreas_ct_dints, "
+                   "spleen_deepedit_seg")
+    s.add_argument("--studies", help="datastore folder of the studies (default sample-data/studies)")
+    s.add_argument("--images", default="unlabeled", choices=["all", "labeled", "unlabeled"],
+                   help="which studies of the folder: unlabeled (no label under any tag; default), labeled, all")
+    s.add_argument("--image", action="append", metavar="ID", help="only this study id (file name without extension); "
+                   "repeatable, replaces --images")
+    s.add_argument("--address", help="join this Ray cluster (e.g. HEAD:6379 or 'auto'); without it a local Ray "
+                   "is started on 127.0.0.1, dashboard off, and stopped at the end")
+    s.add_argument("--workers", type=int, default=0, help="workers: default one per GPU of the cluster, or one on a "
+                   "machine without GPUs; CPU workers split the cores between them")
+    s.add_argument("--max-retries", type=int, default=2, help="times a study whose worker died runs again on another "
+                   "(default 2); a study that fails with an ordinary error is reported, not retried")
+    s.add_argument("--worker-restarts", type=int, default=1, help="times Ray restarts a worker whose process died "
+                   "before it is dropped (default 1)")
+    s.add_argument("--tag", default="original", help="label tag to write (default original; 'final' is refused)")
+    s.add_argument("--report", help="per-study JSON report (default <studies>/batch-reports/<model>-<tag>.json)")
+    s.add_argument("--device", default="auto", help="auto (GPU workers if the cluster has GPUs), cuda, or cpu")
+    s.add_argument("--model-dir", help="bundle folder, the same path on every host (default apps/rocm_zoo/model)")
+    s.add_argument("--overlay", action="append", metavar="JSON", help="extra overlay merged last, e.g. a file with "
+                   '{"rocm_overlay#compile": false} for eager workers; repeatable')
+    s.set_defaults(func=_batch)
 
     s = sub.add_parser("bench", help="time bundles' network/inferer: fp32 eager baseline vs the overlay, with Dice")
     _bench_arguments(s, "a bundle folder (real or sample); repeatable: one run per bundle",

@@ -11,6 +11,7 @@ from rocm_zoo.registry import select_models
 
 # Keys MONAI Label itself reads from --conf; accepted and left to it.
 MONAILABEL_KEYS = ("server_mode",)
+BATCH_ENGINES = ("inprocess", "ray")
 
 
 def _bool(key: str, value: str | bool) -> bool:
@@ -31,6 +32,9 @@ class AppConfig:
     warmup: bool = True  # compile and warm at start-up; off only for debugging
     image_cache_gb: float = 4.0  # preprocessed images kept on the device between clicks
     dicom_cache_gb: float = 8.0  # DICOMweb series kept on disk, downloaded and converted, between requests
+    batch_engine: str = "inprocess"  # /batch/infer: "inprocess" (the server's warm models) or "ray" (Ray workers)
+    ray_address: str = ""  # with batch_engine ray: a Ray cluster to join ("" starts a local one on 127.0.0.1)
+    ray_workers: int = 0  # with batch_engine ray: workers (0: one per GPU of the cluster, or one on a CPU machine)
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> AppConfig:
@@ -46,7 +50,27 @@ class AppConfig:
             warmup=_bool("warmup", conf.get("warmup", "true")),
             image_cache_gb=_gigabytes(conf, "image_cache_gb", cls.image_cache_gb),
             dicom_cache_gb=_gigabytes(conf, "dicom_cache_gb", cls.dicom_cache_gb),
+            batch_engine=_choice(conf, "batch_engine", BATCH_ENGINES, cls.batch_engine),
+            ray_address=conf.get("ray_address", cls.ray_address),
+            ray_workers=_count(conf, "ray_workers", cls.ray_workers),
         )
+
+
+def _choice(conf: dict[str, str], key: str, choices: tuple[str, ...], default: str) -> str:
+    value = conf.get(key, default)
+    if value not in choices:
+        raise ConfigError(f"--conf {key} takes one of {', '.join(choices)}, not '{value}'")
+    return value
+
+
+def _count(conf: dict[str, str], key: str, default: int) -> int:
+    try:
+        value = int(conf.get(key, default))
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(f"--conf {key} takes a whole number >= 0, not '{conf[key]}'")
+    return value
 
 
 def _gigabytes(conf: dict[str, str], key: str, default: float) -> float:

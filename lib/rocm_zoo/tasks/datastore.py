@@ -7,12 +7,15 @@ import os
 import shutil
 import tempfile
 import time
+from pathlib import Path
 from typing import Any, Dict
 
 from filelock import FileLock
+from monailabel.config import settings
 from monailabel.datastore.local import DataModel, LocalDatastore
 from monailabel.interfaces.exception import ImageNotFoundException
 
+from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.volume_check import check_volume
 
 logger = logging.getLogger(__name__)
@@ -48,3 +51,10 @@ class CheckedLocalDatastore(LocalDatastore):
             self._update_datastore_file(lock=False)
         logger.info("label for %s saved under tag '%s' (%s)", image_id, label_tag, name)
         return image_id
+
+
+def open_local(folder: Path) -> CheckedLocalDatastore:
+    """A studies folder as the server opens it (same file types, labels under labels/<tag>/), without watching it."""
+    if not Path(folder).is_dir():
+        raise InvalidRequest(f"studies folder {folder} does not exist")
+    return CheckedLocalDatastore(str(folder), extensions=settings.MONAI_LABEL_DATASTORE_FILE_EXT, auto_reload=False)

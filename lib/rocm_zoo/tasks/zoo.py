@@ -43,6 +43,12 @@ def bundle_missing_message(bundle: str, model_dir: Path) -> str:
     return f"Bundle '{bundle}' not found at {where}. " + HOW_TO_GET_BUNDLES.format(bundle=bundle, model_dir=model_dir)
 
 
+def make_task(entry: TaskEntry, bundle_dir: Path, overlays: tuple[Path, ...], pool: NetworkPool,
+              image_cache: ImageCache, device: str) -> OverlayBundleTask:
+    """The task the server builds for a registry entry; Ray batch workers build theirs with the same call."""
+    return TASK_CLASSES[entry.bundle](entry, bundle_dir, overlays, pool, image_cache, device)
+
+
 def use_persistent_compile_cache(path: Path) -> None:
     """Compiled kernels next to the bundles rather than in /tmp, so a restart (even after a reboot) reuses them.
     Inductor writes its /tmp default into the environment the first time anything asks for it (some imports do), so
@@ -83,8 +89,8 @@ class Zoo:
             logger.error("rocm_zoo: %s", self.missing[entry.name])
             return
         overlay = overlay_path(self.overlays_dir, entry.bundle)
-        cls = TASK_CLASSES[entry.bundle]
-        self.tasks[entry.name] = cls(entry, bundle_dir, (overlay,), self.pool, self.image_cache, self.backend.device)
+        self.tasks[entry.name] = make_task(entry, bundle_dir, (overlay,), self.pool, self.image_cache,
+                                           self.backend.device)
 
     def warm(self, background: bool = True) -> None:
         """Interactive models warm now, before the server answers: a clinician's first click must not wait for a
