@@ -26,13 +26,16 @@ def free_port() -> int:
 
 @contextmanager
 def monailabel_server(app_dir: Path, studies: str, models: str, log_path: Path, cwd: Path, timeout_s: float,
-                      env: dict[str, str]) -> Iterator[str]:
-    """`monailabel start_server --app APP --studies STUDIES --conf models MODELS` on a free loopback port, with `env`
-    added to the environment; yields its URL once `/info/` answers, stops it afterwards."""
+                      env: dict[str, str], conf: dict[str, str] | None = None) -> Iterator[str]:
+    """`monailabel start_server --app APP --studies STUDIES --conf models MODELS` (and `--conf KEY VALUE` for each of
+    `conf`) on a free loopback port, with `env` added to the environment; yields its URL once `/info/` answers, stops
+    it afterwards."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "monailabel.main", "start_server", "--app", str(app_dir), "--studies", studies,
            "--conf", "models", models, "--host", "127.0.0.1", "--port", str(port)]
+    for key, value in (conf or {}).items():
+        cmd += ["--conf", key, value]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
                                 env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
