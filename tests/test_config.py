@@ -186,3 +186,21 @@ def test_value_errors_are_still_value_errors():
     # Callers that catch ValueError (e.g. around config parsing) keep working.
     assert issubclass(errors.ConfigError, ValueError)
     assert issubclass(errors.InvalidRequest, ValueError)
+
+
+# --- Ray batch engine -----------------------------------------------------------------------------------------------
+def test_ray_batch_conf_is_checked():
+    conf = AppConfig.from_conf({"batch_engine": "ray", "ray_address": "10.0.0.1:6379", "ray_workers": "2"})
+    assert (conf.batch_engine, conf.ray_address, conf.ray_workers) == ("ray", "10.0.0.1:6379", 2)
+    with pytest.raises(ConfigError, match="inprocess, ray"):
+        AppConfig.from_conf({"batch_engine": "dask"})
+    with pytest.raises(ConfigError, match="whole number"):
+        AppConfig.from_conf({"ray_workers": "-1"})
+
+
+def test_without_ray_the_batch_says_how_to_install_it(monkeypatch):
+    from rocm_zoo import ray_pool
+
+    monkeypatch.setattr(ray_pool.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[ray\]'"):
+        ray_pool.connect()

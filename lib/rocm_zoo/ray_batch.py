@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rocm_zoo.ray_pool import WorkerPool, connect, plan_workers, worker_spec
+from rocm_zoo.ray_pool import WorkerPool, connect, plan_workers, require_ray, worker_spec
 from rocm_zoo.tasks.batch import BatchRun, StudyOutcome, check_tag, save_study_label
 from rocm_zoo.volume_check import first_line
 
@@ -177,7 +177,8 @@ def _duration(seconds: float) -> str:
 
 def server_engine(conf, model_dir: Path, overlays_dir: Path, store: Callable[[], Any]) -> RayEngine:
     """`--conf batch_engine ray`: the first batch of a model connects (or starts a local cluster) and starts its
-    workers; they stay warm for the server's later batches of that model."""
+    workers; they stay warm for the server's later batches of that model. Without Ray the server does not start."""
+    require_ray()
     pools: dict[str, WorkerPool] = {}
 
     def pool_for(model: str) -> WorkerPool:

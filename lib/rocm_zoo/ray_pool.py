@@ -9,6 +9,7 @@ restarted, or was killed with `ray.kill`, is dropped and the batch goes on with 
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import logging
 import socket
 from dataclasses import dataclass, field
@@ -30,9 +31,17 @@ class RayUnavailable(RocmZooError):
     status = 503
 
 
+def require_ray() -> None:
+    """Ray is an optional extra; without it the batch says how to get it instead of failing on an import."""
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError("Ray is not installed in this Python environment: pip install -e '.[ray]' "
+                          "(scripts/setup-venv installs it), or use the in-process batch (--conf batch_engine inprocess)")
+
+
 def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     """Joins the cluster at `address`, or starts a local one bound to 127.0.0.1 without a dashboard. Ray picks its
     own free ports. Once per process: a second call keeps the first connection."""
+    require_ray()
     import ray
 
     if ray.is_initialized():
