@@ -63,3 +63,14 @@ def test_off_grid_and_empty_labels_are_refused(ph):
         dicom_seg.encode(ph.truth, shifted, source, {}, algorithm="m")
     with pytest.raises(dicom_seg.SegError, match="empty"):
         dicom_seg.encode(np.zeros_like(ph.truth), ph.affine, source, {}, algorithm="m")
+
+
+@pytest.mark.parametrize("values", [(2, 9, 104), tuple(range(1, 301))], ids=["sparse values", "300 values (uint16)"])
+def test_many_and_sparse_label_values_roundtrip(ph, values):
+    # Segment numbers run 1..N whatever the label values are; the SEG is built from one label map, not a mask each.
+    rng = np.random.default_rng(5)
+    label = np.asarray(values, dtype=np.uint16)[rng.integers(0, len(values), ph.truth.shape)]
+    label[ph.truth == 0] = 0
+    seg, back = _roundtrip(label, ph.affine, slice_datasets(ph), {})
+    np.testing.assert_array_equal(back, label)
+    assert sorted(dicom_seg.segment_values(seg).values()) == sorted(int(v) for v in np.unique(label) if v)

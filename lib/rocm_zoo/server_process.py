@@ -47,7 +47,7 @@ def monailabel_server(app_dir: Path, studies: str, models: str, log_path: Path, 
             try:
                 if requests.get(f"{url}/info/", timeout=5).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not listening yet, or busy warming its models
                 pass
             if time.time() > deadline:
                 raise ServerStartError(f"server not up after {timeout_s} s:\n{log_path.read_text()[-5000:]}")
