@@ -61,13 +61,12 @@ def _first_line(cmd: list[str]) -> str | None:
 
 
 def versions() -> dict[str, Any]:
-    import monai
     import monailabel
-    import torch
     from importlib.metadata import version
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "monai": monai.__version__,
-            "monailabel": monailabel.__version__, "playwright": version("playwright"),
+    from rocm_zoo.bench import versions as engine_versions
+
+    return {**engine_versions("cpu"), "monailabel": monailabel.__version__, "playwright": version("playwright"),
             "orthanc": _first_line([pacs.check_installed(), "--version"]),
             "chromium": _first_line([ohif.CHROMIUM, "--version"])}
 

@@ -64,20 +64,18 @@ def _choice(conf: dict[str, str], key: str, choices: tuple[str, ...], default: s
 
 
 def _count(conf: dict[str, str], key: str, default: int) -> int:
-    try:
-        value = int(conf.get(key, default))
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ConfigError(f"--conf {key} takes a whole number >= 0, not '{conf[key]}'")
-    return value
+    return _non_negative(conf, key, default, int, "a whole number")
 
 
 def _gigabytes(conf: dict[str, str], key: str, default: float) -> float:
+    return _non_negative(conf, key, default, float, "a finite number")
+
+
+def _non_negative(conf: dict[str, str], key: str, default, parse, kind: str):
     try:
-        value = float(conf.get(key, default))
+        value = parse(conf.get(key, default))
     except ValueError:
-        value = float("nan")
-    if not (math.isfinite(value) and value >= 0):
-        raise ConfigError(f"--conf {key} takes a finite number >= 0, not '{conf[key]}'")
+        value = None
+    if value is None or not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"--conf {key} takes {kind} >= 0, not '{conf[key]}'")
     return value
