@@ -8,11 +8,7 @@
 # Results: $OUT/batch-BUNDLE/batch.json and batch.md (the phantoms stay in /tmp, away from the few files $OUT returns).
 set -euo pipefail
 bundle=$1 phantoms=$2 repeats=${3:-3} seconds=${4:-540}
-if [ ! -d /tmp/site/monailabel ]; then
-  cat /tmp/wheels/itk_core-*.whl.part-* > /tmp/itk_core-5.4.7-cp311-abi3-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/wheels/*.whl /tmp/itk_core-*.whl
-fi
-export PYTHONPATH=$PWD/lib:/tmp/site PYTHONUNBUFFERED=1
+source scripts/device-server-site.sh
 [ -d "/tmp/zoo/model/$bundle" ] || python3 -m rocm_zoo.cli sample --size full --bundle "$bundle" --no-spleen10 \
   --model-dir /tmp/zoo/model --studies /tmp/zoo/studies --truth /tmp/zoo/truth 2>&1 | tail -1
 phantom_args=()

@@ -8,10 +8,7 @@
 # Results: $OUT/ray/workers-1.json, workers-N.json (per-study reports) and scaling.json.
 set -euo pipefail
 studies=${1:-24} seconds=${2:-540}
-if [ ! -d /tmp/site/monailabel ]; then
-  cat /tmp/wheels/itk_core-*.whl.part-* > /tmp/itk_core-5.4.7-cp311-abi3-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/wheels/*.whl /tmp/itk_core-*.whl
-fi
+source scripts/device-server-site.sh
 if [ ! -d /tmp/site/ray ]; then
   ray_wheel=$(ls /tmp/wheels/ray-*.whl.part-00); ray_wheel=${ray_wheel%.part-00}
   cat "$ray_wheel".part-* > "/tmp/$(basename "$ray_wheel")"

@@ -4,9 +4,7 @@
 # (folders made by scripts/device-server-wheels, each small enough to travel with the working tree), then this
 # script, carrying the last folder. Writes $OUT/rest_click.json and $OUT/server.log.
 set -euo pipefail
-cat /tmp/wheels/itk_core-*.whl.part-* > /tmp/itk_core-5.4.7-cp311-abi3-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/wheels/*.whl /tmp/itk_core-*.whl
-export PYTHONPATH=$PWD/lib:/tmp/site PYTHONUNBUFFERED=1
+source scripts/device-server-site.sh
 python3 -m rocm_zoo.cli sample --size full 2>&1 | tail -1
 python3 -m monailabel.main start_server --app apps/rocm_zoo --studies sample-data/studies --conf models all \
   --host 127.0.0.1 --port 8000 > "$OUT/server.log" 2>&1 &

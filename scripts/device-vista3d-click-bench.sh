@@ -4,12 +4,9 @@
 # carried as for scripts/device-server-bench.sh, or /tmp/site already installed by scripts/device-batch-bench.sh.
 # Writes $OUT/rest_click_vista3d.json and $OUT/server-vista3d.log.
 set -euo pipefail
-if [ ! -d /tmp/site/monailabel ]; then
-  cat /tmp/wheels/itk_core-*.whl.part-* > /tmp/itk_core-5.4.7-cp311-abi3-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/wheels/*.whl /tmp/itk_core-*.whl
-fi
-export PYTHONPATH=$PWD/lib:/tmp/site PYTHONUNBUFFERED=1
-python3 -m rocm_zoo.cli sample --size full --bundle vista3d --studies /tmp/zoo/studies --truth /tmp/zoo/truth 2>&1 | tail -1
+source scripts/device-server-site.sh
+[ -f /tmp/zoo/studies/phantom_spleen10.nii.gz ] && [ -d apps/rocm_zoo/model/vista3d ] || \
+  python3 -m rocm_zoo.cli sample --size full --bundle vista3d --studies /tmp/zoo/studies --truth /tmp/zoo/truth 2>&1 | tail -1
 python3 -m monailabel.main start_server --app apps/rocm_zoo --studies /tmp/zoo/studies \
   --conf models vista3d --host 127.0.0.1 --port 8000 > "$OUT/server-vista3d.log" 2>&1 &
 server=$!

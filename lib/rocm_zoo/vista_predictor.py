@@ -12,14 +12,19 @@ bounded in bytes, and a later click that needs that window skips the encoder. VI
 (`image_embeddings` with `keep_cache=True`) serves clicks without a class only; the encoder is therefore wrapped
 (`CachingEncoder`, installed once on the pooled module), which serves clicks with a class (OHIF's) as well. Whole-
 volume prompts are not cached: they touch every window once and would push the clicked windows out.
+
+VISTA3D's forward calls `torch.cuda.empty_cache()` on every call (MONAI's training-time habit): it hands the
+allocator's free blocks back to the driver, so the next window allocates them again from the driver, which
+synchronises the device. The predictor keeps the allocator's cache for the duration of its forwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Hashable
+from typing import Any, Hashable, Iterator
 
 import torch
 from torch import nn
@@ -127,6 +132,22 @@ def caching_encoder(network: WarmNetwork) -> CachingEncoder:
         return module.image_encoder
 
 
+def _keep_cache() -> None:
+    pass
+
+
+@contextlib.contextmanager
+def allocator_cache_kept() -> Iterator[None]:
+    """`torch.cuda.empty_cache` does nothing inside. Swapped under the lock every network run holds, so nested or
+    concurrent runs restore it in order; a call from elsewhere meanwhile only skips a memory hint."""
+    with RUN_LOCK:
+        empty_cache, torch.cuda.empty_cache = torch.cuda.empty_cache, _keep_cache
+        try:
+            yield
+        finally:
+            torch.cuda.empty_cache = empty_cache
+
+
 class VistaPredictor:
     def __init__(self, network: WarmNetwork, class_bucket: int, image_key: Hashable | None = None):
         self.network = network
@@ -144,11 +165,13 @@ class VistaPredictor:
                  point_coords: torch.Tensor | None = None, patch_coords=None, **kwargs: Any) -> torch.Tensor:
         if patch_coords is not None:  # the window inferer names it; the sliding window passes it second, by position
             kwargs["patch_coords"] = patch_coords
-        if class_vector is not None and point_coords is None and 1 < len(class_vector) < self.class_bucket:
-            return self._padded_classes(x, *args, class_vector=class_vector, **kwargs)
-        if point_coords is not None and patch_coords is not None and self.image_key:
-            return self._with_cached_encoder(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
-        return self.network(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
+        with allocator_cache_kept():
+            if class_vector is not None and point_coords is None and 1 < len(class_vector) < self.class_bucket:
+                return self._padded_classes(x, *args, class_vector=class_vector, **kwargs)
+            if point_coords is not None and patch_coords is not None and self.image_key:
+                return self._with_cached_encoder(x, *args, class_vector=class_vector, point_coords=point_coords,
+                                                 **kwargs)
+            return self.network(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
 
     def _padded_classes(self, x, *args, class_vector: torch.Tensor, **kwargs) -> torch.Tensor:
         n = len(class_vector)

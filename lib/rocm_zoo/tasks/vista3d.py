@@ -27,7 +27,7 @@ from monai.data import MetaTensor
 from monai.transforms import CropForegroundd
 from monai.utils import ensure_tuple_rep
 
-from rocm_zoo import components, phantom
+from rocm_zoo import components, phantom, vista_window
 from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.image_cache import IMAGE_ONLY_TRANSFORMS
 from rocm_zoo.masks import central_voxel
@@ -152,8 +152,10 @@ class Vista3dTask(OverlayBundleTask):
         network = self._get_network(device, data)
         predictor = VistaPredictor(network, class_bucket=len(self.labels), image_key=data.get("vista_image_key"))
         class_vector = None if data["vista_prompt"].points_only else data["label_prompt"]
-        logits = self.inferer(data)(image.as_tensor()[None], predictor, point_coords=data["points"],
-                                    point_labels=data["point_labels"], class_vector=class_vector)
+        inferer = self.inferer(data)
+        vista_window.install(inferer)  # click windows stitched on the image's device
+        logits = inferer(image.as_tensor()[None], predictor, point_coords=data["points"],
+                         point_labels=data["point_labels"], class_vector=class_vector)
         logits = torch.nan_to_num(torch.as_tensor(logits), nan=OUTSIDE_WINDOWS_LOGIT)[0].to(image.device)
         # The bundle's Invertd takes the transforms to undo from the image; the prediction must be a MetaTensor.
         data[self.output_label_key] = MetaTensor(logits, meta=dict(image.meta))
