@@ -3,10 +3,13 @@ this process (as `monailabel start_server` builds it, warmed), then `app.infer` 
 
 usage: python scripts/profile_vista3d_click.py STUDIES IMAGE_ID TRUTH_NIFTI OUT_DIR [--runs 20] [--warmup 5]
 
-Two variants in one run, each timed over the same clicks (p50/p90 of `app.infer`, and of the network forwards in it
+Three variants in one run, each timed over the same clicks (p50/p90 of `app.infer`, and of the network forwards in it
 with a device sync around each):
-- monai: MONAI's point window inferer (stitches on the host) and VISTA3D's `torch.cuda.empty_cache()` per forward;
-- rocm_zoo: the windows stitched on the device (`rocm_zoo.vista_window`), the allocator's cache kept.
+- monai_window: MONAI's point window inferer (stitches on the host) and VISTA3D's `torch.cuda.empty_cache()` per
+  forward, everything else as rocm_zoo has it;
+- rocm_zoo: the windows stitched on the device (`rocm_zoo.vista_window`), the allocator's cache kept;
+- rocm_zoo+point_head: the same, with the point head's two convolution stacks (`feat_downsample`,
+  `output_upscaling`; fixed shapes for every click) compiled in place (their compile falls in the warm-up clicks).
 Then a torch.profiler run of rocm_zoo's clicks: OUT_DIR/profile_{ohif,slicer}.txt (operators by device time and by
 host time) and OUT_DIR/trace_ohif.json.gz (one click, for chrome://tracing / Perfetto). OUT_DIR/profile_click.json
 holds the timings.
@@ -81,6 +84,21 @@ def monai_variant():
         vista_window.install, vista_predictor.allocator_cache_kept = install, kept
 
 
+@contextlib.contextmanager
+def point_head_compiled(app):
+    """The point head's fixed-shape convolution stacks compiled, on every pooled VISTA3D network of the app."""
+    for task in app._infers.values():
+        net = task.pool.peek(task.network_spec())
+        for name in POINT_HEAD_STACKS:
+            module = net.eager.point_head.get_submodule(name)
+            if not getattr(module, "_compiled_call_impl", None):
+                module.compile(dynamic=False)
+    yield
+
+
+POINT_HEAD_STACKS = ("feat_downsample", "output_upscaling")
+
+
 def one(app, request: dict) -> tuple[float, dict]:
     t = time.perf_counter()
     result = app.infer(request)
@@ -151,7 +169,9 @@ def main() -> None:
     t = time.perf_counter()
     one(app, requests["ohif"])
     record["first_click_ms"] = round((time.perf_counter() - t) * 1000, 1)
-    for variant, context in (("monai", monai_variant), ("rocm_zoo", contextlib.nullcontext)):
+    variants = (("monai_window", monai_variant), ("rocm_zoo", contextlib.nullcontext),
+                ("rocm_zoo+point_head", lambda: point_head_compiled(app)))
+    for variant, context in variants:
         with context():
             record[variant] = {name: series(app, r, a.runs, a.warmup) for name, r in requests.items()}
         print(variant, json.dumps(record[variant]), flush=True)
