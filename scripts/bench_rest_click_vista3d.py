@@ -37,7 +37,7 @@ def post(client: MONAILabelClient, model: str, image: str, params: dict) -> tupl
     wall = (time.perf_counter() - t) * 1000
     if result and os.path.exists(result):
         os.remove(result)
-    return wall, {k: v for k, v in out["latencies"].items() if k != "transform"}
+    return wall, {k: v for k, v in out["latencies"].items() if isinstance(v, (int, float))}
 
 
 def series(client: MONAILabelClient, model: str, image: str, params: dict, runs: int, warmup: int) -> dict:

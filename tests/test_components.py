@@ -25,7 +25,11 @@ def masks(seed: int) -> dict[str, np.ndarray]:
     organ[30:38, 2:10, 22:28] = True  # a second region
     winding = np.zeros(SHAPE, bool)  # one region whose far end is many filter steps from its start
     winding[2, 1:35, 2] = winding[2:38, 34, 2] = winding[37, 1:35, 2] = True
-    return {"fragmented": fragmented, "organ": organ, "winding": winding}
+    diagonal = np.zeros(SHAPE, bool)  # joined through corners only: no two voxels share a face or an edge
+    for i in range(28):
+        diagonal[i + 2, (i * 5) % 34 + 1 if i % 7 == 0 else i + 1, i + 1] = True
+    diagonal[np.arange(30) + 5, 34 - np.arange(30), np.arange(30)] = True
+    return {"fragmented": fragmented, "organ": organ, "winding": winding, "diagonal": diagonal}
 
 
 @pytest.mark.parametrize("seed", [0, 1])
