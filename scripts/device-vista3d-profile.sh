@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where a repeated VISTA3D click spends its time on the GPU machine: scripts/profile_vista3d_click.py (the app in one
-# process, MONAI's window stitching, the filter-only region labelling and rocm_zoo's click path, then a torch.profiler run) on the full-size sample and the
+# process, MONAI's window stitching against rocm_zoo's, and the point head compiled, then a torch.profiler run) on the full-size sample and the
 # spleen_10-shaped phantom. Needs the server's wheels in /tmp/wheels, as for scripts/device-vista3d-click-bench.sh.
 # Writes $OUT/profile/profile_click.json, profile_ohif.txt, profile_slicer.txt, trace_ohif.json.gz.
 set -euo pipefail

@@ -20,7 +20,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-FILTER_STEPS = 4  # 26-neighbour steps per round; they carry values around corners, where runs are short
+CHECK_EVERY = 8  # filter steps between checks for convergence (each check waits for the device)
 
 
 def label_regions(mask: torch.Tensor) -> torch.Tensor:
@@ -28,35 +28,15 @@ def label_regions(mask: torch.Tensor) -> torch.Tensor:
     region whose first voxel in C order comes earlier (scikit-image numbers regions 1, 2, ... in that order)."""
     n = mask.numel()
     dtype = torch.float32 if n <= 2**24 else torch.float64  # every start value exact: float32 up to 2^24
-    m = mask.to(dtype)
+    m = mask.to(dtype)[None, None]
     # n - flat index: the region's largest start value is that of its first voxel in C order
-    values = torch.arange(n, 0, -1, dtype=dtype, device=mask.device).view(mask.shape) * m
+    values = torch.arange(n, 0, -1, dtype=dtype, device=mask.device).view(m.shape) * m
     while True:
         previous = values
-        # A 3x3x3 max filter moves a value one voxel per step (an organ needs ~100 steps); the run maxima first move
-        # it along whole straight runs of the mask, so a round of the four covers what dozens of filter steps do.
-        for axis in range(3):
-            values = _run_max(values, mask, axis)
-        for _ in range(FILTER_STEPS):
-            values = F.max_pool3d(values[None, None], 3, stride=1, padding=1)[0, 0] * m
+        for _ in range(CHECK_EVERY):
+            values = F.max_pool3d(values, 3, stride=1, padding=1) * m
         if torch.equal(previous, values):  # a whole round without a change: every region holds its largest value
-            return values
-
-
-def _run_max(values: torch.Tensor, mask: torch.Tensor, axis: int) -> torch.Tensor:
-    """Every voxel of the mask gets the largest value of its run (the unbroken stretch of mask along `axis` it lies
-    in): a running maximum forwards and one backwards, each kept inside its run by ranking the runs of a line."""
-    n = mask.numel()
-
-    def running_max(v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-        before = torch.zeros_like(m)
-        before.narrow(axis, 1, m.shape[axis] - 1).copy_(m.narrow(axis, 0, m.shape[axis] - 1))
-        run = torch.cumsum(m & ~before, dim=axis) * (n + 1)  # later runs of a line rank above all earlier values
-        return torch.cummax(run + v.long(), dim=axis).values - run
-
-    forwards = running_max(values, mask)
-    backwards = running_max(values.flip(axis), mask.flip(axis)).flip(axis)
-    return (torch.maximum(forwards, backwards) * mask).to(values.dtype)
+            return values[0, 0]
 
 
 def _largest_label_near(regions: torch.Tensor, point: Sequence[int], margins: int) -> torch.Tensor | None:
