@@ -147,15 +147,18 @@ class Vista3dTask(OverlayBundleTask):
         data["point_labels"] = torch.tensor(prompt.point_labels, device=device)[None]
 
     # -- network ------------------------------------------------------------------------------------------------------
+    def inferer(self, data=None):
+        inferer = super().inferer(data)
+        vista_window.install(inferer)  # click windows stitched on the image's device
+        return inferer
+
     def run_inferer(self, data: Dict[str, Any], convert_to_batch=True, device="cuda"):
         image = data[self.input_key]
         network = self._get_network(device, data)
         predictor = VistaPredictor(network, class_bucket=len(self.labels), image_key=data.get("vista_image_key"))
         class_vector = None if data["vista_prompt"].points_only else data["label_prompt"]
-        inferer = self.inferer(data)
-        vista_window.install(inferer)  # click windows stitched on the image's device
-        logits = inferer(image.as_tensor()[None], predictor, point_coords=data["points"],
-                         point_labels=data["point_labels"], class_vector=class_vector)
+        logits = self.inferer(data)(image.as_tensor()[None], predictor, point_coords=data["points"],
+                                    point_labels=data["point_labels"], class_vector=class_vector)
         logits = torch.nan_to_num(torch.as_tensor(logits), nan=OUTSIDE_WINDOWS_LOGIT)[0].to(image.device)
         # The bundle's Invertd takes the transforms to undo from the image; the prediction must be a MetaTensor.
         data[self.output_label_key] = MetaTensor(logits, meta=dict(image.meta))
