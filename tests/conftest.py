@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rocm_zoo import phantom
-from rocm_zoo.sample import SamplePaths, write_bundles, write_studies
+from rocm_zoo.samples import phantom
+from rocm_zoo.samples.write import SamplePaths, write_bundles, write_studies
 from zoo_test_support import LPS_SPEC, REPO, monailabel_server
 
 SERVER_START_TIMEOUT_S = 900

@@ -9,8 +9,10 @@ from typing import Iterator
 
 import pytest
 
-from rocm_zoo import phantom, server_process
-from rocm_zoo.server_process import free_port  # noqa: F401 (tests import it from here)
+from rocm_zoo.samples import phantom
+
+from rocm_zoo.bench import server_process
+from rocm_zoo.bench.server_process import free_port  # noqa: F401 (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 # An LPS-stored, anisotropic phantom: clicks and masks must land right whatever the storage orientation.
@@ -30,7 +32,7 @@ def flatten_config(tree, prefix: str = "") -> dict:
 @contextmanager
 def monailabel_server(app_dir: Path, studies: str, models: str, log_path: Path, cwd: Path, timeout_s: float,
                       env: dict[str, str], conf: dict[str, str] | None = None) -> Iterator[str]:
-    """rocm_zoo.server_process.monailabel_server; a server that does not come up fails the test with its log."""
+    """rocm_zoo.bench.server_process.monailabel_server; a server that does not come up fails the test with its log."""
     try:
         with server_process.monailabel_server(app_dir, studies, models, log_path, cwd, timeout_s, env, conf) as url:
             yield url

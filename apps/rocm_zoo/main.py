@@ -11,12 +11,12 @@ import time
 from monailabel.config import settings
 from monailabel.interfaces.app import MONAILabelApp
 
-from rocm_zoo import __version__, request_stages
+from rocm_zoo import __version__
 from rocm_zoo.errors import ImageNotFound, ModelNotFound
-from rocm_zoo.tasks import batch_routes, http_errors
-from rocm_zoo.tasks.batch import BatchRunner, InProcessEngine, save_study_label, select_images
-from rocm_zoo.tasks.datastore import CheckedLocalDatastore
-from rocm_zoo.tasks.zoo import Zoo
+from rocm_zoo.server import batch_routes, http_errors, request_stages
+from rocm_zoo.server.batch import BatchRunner, InProcessEngine, save_study_label, select_images
+from rocm_zoo.server.datastore import CheckedLocalDatastore
+from rocm_zoo.server.zoo import Zoo
 
 
 class MyApp(MONAILabelApp):
@@ -37,7 +37,7 @@ class MyApp(MONAILabelApp):
     def init_datastore(self):
         if self.studies.startswith(("http://", "https://")):
             # A DICOMweb PACS; labels go back to it as DICOM SEG named after the model's labels.
-            from rocm_zoo.tasks import dicomweb_store
+            from rocm_zoo.dicomweb import store as dicomweb_store
 
             return dicomweb_store.from_url(self.studies, labels_of=self._labels_of,
                                            cache_gb=self.zoo.config.dicom_cache_gb)
@@ -71,7 +71,7 @@ class MyApp(MONAILabelApp):
     def _batch_engine(self):
         conf = self.zoo.config
         if conf.batch_engine == "ray":
-            from rocm_zoo.ray_batch import server_engine
+            from rocm_zoo.scale.ray_batch import server_engine
 
             return server_engine(conf, self.zoo.model_dir, self.zoo.overlays_dir, self.datastore)
         return InProcessEngine(self.infer, self._save_label)

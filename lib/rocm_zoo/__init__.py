@@ -1,7 +1,14 @@
-"""rocm_zoo: MONAI Model Zoo bundles made fast by overlays, on ROCm, CUDA and CPU.
+"""rocm_zoo: MONAI Model Zoo bundles made fast by overlays, on ROCm, CUDA and CPU, served by MONAI Label.
 
-The engine (backend, overlay, pool, guidance, samples, bench) imports torch and MONAI only; `rocm_zoo.tasks` holds
-the MONAI Label tasks and is the only part that needs monailabel.
+Packages, by who needs them (dependencies point one way, down this list):
+- `registry`, `errors`: the one table of bundles and tasks; typed errors with their HTTP status. No torch.
+- `engine`: backend policy, bundle config + overlay, the warm network pool, caches. torch and MONAI only.
+- `vista3d`: VISTA3D's prompts, click mapping, predictor, window stitching, connected components.
+- `server`: the MONAI Label layer (app composition, tasks, datastores, routes). Needs monailabel.
+- `dicomweb`: a DICOMweb PACS as the datastore; labels back as DICOM SEG.
+- `scale`: batch segmentation on Ray workers.
+- `samples`, `bench`: sample data and bundles; benchmarks and test tools. Never imported by the server at run time.
+- `cli`: `rocm-zoo`, a thin shell over the packages' public functions.
 """
 
 __version__ = "0.1.0"

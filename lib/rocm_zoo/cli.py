@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from rocm_zoo.sample import SamplePaths, default_paths, make_samples
+    from rocm_zoo.samples.write import SamplePaths, default_paths, make_samples
 
     d = default_paths()
     paths = SamplePaths(
@@ -29,7 +29,7 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from rocm_zoo.sample import REPO_ROOT, default_paths
+    from rocm_zoo.samples.write import REPO_ROOT, default_paths
 
     monailabel = shutil.which("monailabel", path=os.path.dirname(sys.executable)) or shutil.which("monailabel")
     if not monailabel:
@@ -47,8 +47,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _pacs(args: argparse.Namespace) -> int:
-    from rocm_zoo import pacs
-    from rocm_zoo.sample import REPO_ROOT
+    from rocm_zoo.bench import pacs
+    from rocm_zoo.samples.write import REPO_ROOT
 
     config = pacs.PacsConfig(folder=Path(args.folder or REPO_ROOT / ".pacs"), http_port=args.port)
     proc = pacs.start(config)
@@ -80,7 +80,7 @@ def _pacs(args: argparse.Namespace) -> int:
 
 
 def _env(args: argparse.Namespace) -> int:
-    from rocm_zoo.backend import describe, detect_backend, env_defaults
+    from rocm_zoo.engine.backend import describe, detect_backend, env_defaults
 
     backend = detect_backend(args.device)
     print(describe(backend))
@@ -90,7 +90,7 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from rocm_zoo.bench import run_bench
+    from rocm_zoo.bench.network import run_bench
 
     if args.overlay and len(args.bundle_dir) > 1:
         raise SystemExit("rocm-zoo bench: --overlay names one bundle's overlay; give one --bundle-dir with it")
@@ -111,7 +111,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _bench_click(args: argparse.Namespace) -> int:
-    from rocm_zoo.bench_click import run_click_bench
+    from rocm_zoo.bench.click import run_click_bench
 
     run_click_bench(bundle_dir=Path(args.bundle_dir), overlay=Path(args.overlay) if args.overlay else None,
                     out_dir=Path(args.out), runs=args.runs, warmup=args.warmup, device=args.device)
@@ -119,7 +119,7 @@ def _bench_click(args: argparse.Namespace) -> int:
 
 
 def _bench_warmup(args: argparse.Namespace) -> int:
-    from rocm_zoo.bench_warmup import run_warmup_bench
+    from rocm_zoo.bench.warmup import run_warmup_bench
 
     shapes = [[int(n) for n in s.split("x")] for s in args.shape]
     run_warmup_bench(bundle_dir=Path(args.bundle_dir), shapes=shapes, out_dir=Path(args.out), device=args.device,
@@ -129,7 +129,7 @@ def _bench_warmup(args: argparse.Namespace) -> int:
 
 
 def _bench_batch(args: argparse.Namespace) -> int:
-    from rocm_zoo.bench_batch import run_batch_bench, write_phantoms
+    from rocm_zoo.bench.batch import run_batch_bench, write_phantoms
 
     images = [Path(i) for i in args.image or []] + write_phantoms(args.phantom or [], Path(args.out) / "studies")
     if not images:
@@ -141,7 +141,7 @@ def _bench_batch(args: argparse.Namespace) -> int:
 
 
 def _bench_ohif(args: argparse.Namespace) -> int:
-    from rocm_zoo.bench_ohif import run_ohif_bench
+    from rocm_zoo.bench.ohif import run_ohif_bench
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stops the browser, the server and Orthanc on the way out
     run_ohif_bench(out_dir=Path(args.out), repeats=args.repeats, models=tuple(args.model or ("wholeBody_ct", "vista3d")),
@@ -151,8 +151,8 @@ def _bench_ohif(args: argparse.Namespace) -> int:
 
 def _batch(args: argparse.Namespace) -> int:
     from rocm_zoo.errors import RocmZooError
-    from rocm_zoo.ray_batch import progress_line, run_batch, summary
-    from rocm_zoo.sample import REPO_ROOT, default_paths
+    from rocm_zoo.scale.ray_batch import progress_line, run_batch, summary
+    from rocm_zoo.samples.write import REPO_ROOT, default_paths
 
     app = REPO_ROOT / "apps" / "rocm_zoo"
     studies = Path(args.studies or default_paths().studies)

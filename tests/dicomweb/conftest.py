@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from rocm_zoo import pacs, phantom
-from rocm_zoo.dicom_series import series_uids
-from rocm_zoo.sample import write_dicom_studies
+from rocm_zoo.bench import pacs
+
+from rocm_zoo.samples import phantom
+from rocm_zoo.samples.dicom_series import series_uids
+from rocm_zoo.samples.write import write_dicom_studies
 from zoo_test_support import free_port, monailabel_server
 
 # Small enough for CPU tests; LPS-stored so geometry mistakes cannot cancel out.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocm_zoo import pacs
+from rocm_zoo.bench import pacs
 
 
 def upload_datasets(local_pacs, datasets, folder: Path) -> None:

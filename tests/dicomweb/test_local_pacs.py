@@ -6,8 +6,8 @@ import numpy as np
 import requests
 from dicomweb_client import DICOMwebClient
 
-from rocm_zoo import phantom
-from rocm_zoo.dicom_series import read_series
+from rocm_zoo.samples import phantom
+from rocm_zoo.samples.dicom_series import read_series
 
 
 def test_qido_lists_every_phantom_series(local_pacs):
@@ -29,7 +29,7 @@ def test_wado_returns_the_phantom_voxels(local_pacs, tmp_path):
 
 
 def test_storage_is_ours_and_only_loopback_is_served(local_pacs):
-    from rocm_zoo.pacs import orthanc_settings
+    from rocm_zoo.bench.pacs import orthanc_settings
 
     written = orthanc_settings(local_pacs.config)
     assert written["RemoteAccessAllowed"] is False and written["DicomServerEnabled"] is False

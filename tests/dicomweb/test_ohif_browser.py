@@ -2,7 +2,7 @@
 opens the phantom study from Orthanc, the MONAI Label panel connects, an automatic segmentation (wholeBody_ct) and a
 VISTA3D point prompt on the spleen run, and each segmentation appears in the viewer (the axial viewport's pixels
 change where the overlay is drawn). Screenshots and timings are kept in test-artifacts/ohif/. The browser steps are
-rocm_zoo.ohif_driver's, which `rocm-zoo bench-ohif` times on the spleen_10-shaped phantom."""
+rocm_zoo.bench.ohif_driver's, which `rocm-zoo bench-ohif` times on the spleen_10-shaped phantom."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rocm_zoo import ohif_driver as ohif
+from rocm_zoo.bench import ohif_driver as ohif
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

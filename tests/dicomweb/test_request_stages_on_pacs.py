@@ -10,8 +10,10 @@ import json
 import pytest
 import requests
 
-from rocm_zoo import phantom, request_stages
-from rocm_zoo.dicom_series import series_uids, slice_datasets
+from rocm_zoo.samples import phantom
+
+from rocm_zoo.server import request_stages
+from rocm_zoo.samples.dicom_series import series_uids, slice_datasets
 from pacs_upload import upload_datasets
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ import pytest
 import requests
 from dicomweb_client import DICOMwebClient
 
-from rocm_zoo import dicom_seg
-from rocm_zoo.tasks.dicomweb_store import label_colour, read_label
+from rocm_zoo.dicomweb import dicom_seg
+from rocm_zoo.dicomweb.store import label_colour, read_label
 
 pytestmark = pytest.mark.slow
 

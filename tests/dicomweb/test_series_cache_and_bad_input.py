@@ -10,8 +10,10 @@ import nibabel as nib
 import pytest
 import requests
 
-from rocm_zoo import pacs, phantom
-from rocm_zoo.dicom_series import series_uids, slice_datasets
+from rocm_zoo.bench import pacs
+
+from rocm_zoo.samples import phantom
+from rocm_zoo.samples.dicom_series import series_uids, slice_datasets
 from pacs_upload import upload_datasets
 
 pytestmark = pytest.mark.slow

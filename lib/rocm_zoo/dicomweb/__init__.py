@@ -1,0 +1,1 @@
+"""A DICOMweb PACS as the datastore: series checks and cache, labels back as DICOM SEG."""

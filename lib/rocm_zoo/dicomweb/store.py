@@ -1,0 +1,224 @@
+"""MONAI Label's DICOMweb datastore, storing labels back to the PACS as DICOM SEG written with highdicom.
+
+MONAI Label's own store shells out to dcmqi's `itkimage2segimage` (downloaded from GitHub at start-up) and only for
+the `final` tag. Here every label a model produces (`original`, from `save_label` requests and batches) and every
+`final` one goes to the PACS as a binary SEG whose segments carry the task's label names and colours; no external
+tool, nothing downloaded.
+
+Reading images is MONAI Label's (WADO-RS download, SimpleITK conversion), with three changes: a series is converted
+once and reused while its instance list in the PACS is unchanged, within a byte budget (`SeriesCache`), so clicks
+do not fetch and convert it again; a series that is not a CT volume is refused from its headers before conversion;
+a PACS that is down or a series deleted mid-session is a clear error (503 after retries / 404), never a stale image.
+
+Each stage a request spends here (fetch series, convert, encode SEG, store) is timed into `request_stages`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import shutil
+import threading
+import time
+import zlib
+from typing import Any, Callable, Dict, Mapping
+
+import numpy as np
+import pydicom
+import requests
+import SimpleITK as sitk
+from monailabel.config import settings
+from monailabel.datastore.dicom import DICOMwebClientX, DICOMWebDatastore
+from monailabel.datastore.local import LocalDatastore
+from monailabel.datastore.utils.colors import GENERIC_ANATOMY_COLORS
+from monailabel.datastore.utils.convert import binary_to_image, dicom_to_nifti
+from monailabel.datastore.utils.dicom import dicom_web_download_series
+from monailabel.interfaces.datastore import DefaultLabelTag
+
+from rocm_zoo.dicomweb import dicom_seg
+
+from rocm_zoo.server import request_stages
+from rocm_zoo.errors import ImageNotFound, PacsUnavailable
+from rocm_zoo.dicomweb.series_cache import SeriesCache, series_signature
+from rocm_zoo.dicomweb.series_check import check_series
+from rocm_zoo.engine.volume_check import first_line
+
+logger = logging.getLogger(__name__)
+
+SEG_TAGS = (DefaultLabelTag.ORIGINAL.value, DefaultLabelTag.FINAL.value)
+PACS_ATTEMPTS = 3  # a PACS restarting answers within a second or two
+PACS_RETRY_S = 0.5
+LabelsOf = Callable[[str], Mapping[str, int]]  # model name -> {label name: label value}
+
+
+def label_colour(name: str) -> tuple[int, int, int]:
+    """MONAI Label's anatomy colour for the name (what its viewers use), else a stable colour from the name."""
+    rgb = GENERIC_ANATOMY_COLORS.get(name) or GENERIC_ANATOMY_COLORS.get(name.replace("_", " "))
+    if rgb:
+        return tuple(int(c) for c in rgb[:3])
+    h = zlib.crc32(name.encode())
+    return (64 + h % 192, 64 + (h >> 8) % 192, 64 + (h >> 16) % 192)
+
+
+def segments_for(labels: Mapping[str, int]) -> dict[int, dicom_seg.Segment]:
+    return {int(v): dicom_seg.Segment(int(v), str(k), label_colour(str(k))) for k, v in labels.items() if int(v)}
+
+
+def read_label(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """(array indexed like ITK (x, y, z), voxel-to-RAS affine) of a label file in any format ITK reads."""
+    image = sitk.ReadImage(path)
+    array = sitk.GetArrayFromImage(image).transpose(2, 1, 0)
+    direction = np.asarray(image.GetDirection(), dtype=float).reshape(3, 3)
+    lps = np.eye(4)
+    lps[:3, :3] = direction * np.asarray(image.GetSpacing(), dtype=float)
+    lps[:3, 3] = image.GetOrigin()
+    return array, np.diag([-1.0, -1.0, 1.0, 1.0]) @ lps
+
+
+class SegDicomWebDatastore(DICOMWebDatastore):
+    def __init__(self, client, labels_of: LabelsOf, cache_path: str | None = None, search_filter: Dict | None = None,
+                 max_cache_bytes: int = 8 << 30):
+        super().__init__(client=client, search_filter=search_filter or settings.MONAI_LABEL_DICOMWEB_SEARCH_FILTER,
+                         cache_path=cache_path, fetch_by_frame=settings.MONAI_LABEL_DICOMWEB_FETCH_BY_FRAME,
+                         convert_to_nifti=True)
+        self._labels_of = labels_of
+        self.series_cache = SeriesCache(max_cache_bytes, self._remove_local)
+        self._convert_lock = threading.Lock()
+
+    def series_dir(self, image_id: str) -> str:
+        return os.path.realpath(os.path.join(self._datastore.image_path(), image_id))
+
+    def nifti_path(self, image_id: str) -> str:
+        return os.path.realpath(os.path.join(self._datastore.image_path(), f"{image_id}.nii.gz"))
+
+    def get_image_uri(self, image_id: str) -> str:
+        with request_stages.timed("fetch_series"):  # a cached series costs its look-up here, nothing else
+            signature = self.series_signature(image_id)
+        nifti = self.nifti_path(image_id)
+        with self._convert_lock:  # concurrent clicks on a new series wait for one conversion
+            if self.series_cache.lookup(image_id, signature) and os.path.exists(nifti):
+                return nifti
+            self._remove_local(image_id)  # whatever is on disk is of an unknown or older version
+            start = time.perf_counter()
+            folder = self.series_dir(image_id)
+            with request_stages.timed("fetch_series"):
+                self._pacs_call(f"download series {image_id}", lambda: dicom_web_download_series(
+                    None, image_id, folder, self._client, self._fetch_by_frame), image_id)
+            fetched = time.perf_counter()
+            try:
+                with request_stages.timed("convert"):
+                    files = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".dcm")]
+                    check_series(image_id, [pydicom.dcmread(f, stop_before_pixels=True) for f in files])
+                    converted = dicom_to_nifti(folder)
+                    try:
+                        LocalDatastore.add_image(self, image_id, converted, self._dicom_info(image_id))
+                    finally:
+                        if os.path.exists(converted):
+                            os.unlink(converted)
+            except Exception:
+                self._remove_local(image_id)
+                raise
+            done = time.perf_counter()
+            nbytes = os.path.getsize(nifti) + sum(os.path.getsize(f) for f in files)
+            self.series_cache.add(image_id, signature, nbytes)
+            logger.info("series %s fetched in %.2f s, converted in %.2f s (%.1f MB)", image_id, fetched - start,
+                        done - fetched, nbytes / 1e6)
+            return nifti
+
+    def series_signature(self, image_id: str) -> str:
+        """The series' version in the PACS (one QIDO request); ImageNotFound when the PACS no longer has it."""
+        found = self._pacs_call(f"look up series {image_id}", lambda: self._client.search_for_instances(
+            search_filters={"SeriesInstanceUID": image_id}, fields=["SOPInstanceUID"], get_remaining=True), image_id)
+        uids = [d["00080018"]["Value"][0] for d in found if d.get("00080018", {}).get("Value")]
+        if not uids:
+            self.series_cache.forget(image_id)
+            raise ImageNotFound(f"Series {image_id} is not in the PACS at {self._client.base_url} (deleted?)")
+        return series_signature(uids)
+
+    def _pacs_call(self, what: str, call: Callable[[], Any], image_id: str) -> Any:
+        last: Exception | None = None
+        for attempt in range(PACS_ATTEMPTS):
+            try:
+                return call()
+            except (requests.ConnectionError, requests.Timeout) as e:
+                last = e
+            except requests.HTTPError as e:
+                status = e.response.status_code if e.response is not None else 0
+                if status == 404:
+                    self.series_cache.forget(image_id)
+                    raise ImageNotFound(f"Series {image_id} is not in the PACS at {self._client.base_url} "
+                                        f"(deleted?)") from e
+                if status < 500:
+                    raise PacsUnavailable(f"The PACS at {self._client.base_url} refused to {what}: "
+                                          f"{first_line(e)}") from e
+                last = e
+            except IndexError as e:  # MONAI Label's download looks the study up first: gone between two requests
+                self.series_cache.forget(image_id)
+                raise ImageNotFound(f"Series {image_id} is not in the PACS at {self._client.base_url} "
+                                    f"(deleted?)") from e
+            time.sleep(PACS_RETRY_S * (attempt + 1))
+        raise PacsUnavailable(f"The PACS at {self._client.base_url} does not answer ({what}: {first_line(last)}); "
+                              f"tried {PACS_ATTEMPTS} times. Retry once it is back.")
+
+    def _remove_local(self, image_id: str) -> None:
+        shutil.rmtree(self.series_dir(image_id), ignore_errors=True)
+        if image_id in self._datastore.objects:
+            LocalDatastore.remove_image(self, image_id)
+        elif os.path.exists(self.nifti_path(image_id)):
+            os.unlink(self.nifti_path(image_id))
+
+    def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: Dict[str, Any],
+                   label_id: str = "") -> str:
+        image_uri = self.get_image_uri(image_id)  # the source series is on disk from here on
+        converted = ""
+        if "".join(pathlib.Path(label_filename).suffixes) == ".bin":
+            converted = label_filename = binary_to_image(image_uri, label_filename)
+        label_info = dict(label_info or {})
+        try:
+            if label_tag in SEG_TAGS:
+                label_info.update(self.store_seg(image_id, label_filename, label_info))
+            return LocalDatastore.save_label(self, image_id, label_filename, label_tag, label_info)
+        finally:
+            if converted and os.path.exists(converted):
+                os.unlink(converted)
+
+    def store_seg(self, image_id: str, label_filename: str, label_info: Dict[str, Any]) -> Dict[str, Any]:
+        """Encodes the label as DICOM SEG against its series and stores it in the PACS; returns what to remember."""
+        model = str(label_info.get("model") or "")
+        segments = segments_for(self._labels_of(model) if model else {})
+        for item in label_info.get("label_info") or []:  # names a viewer sent with a `final` label
+            if isinstance(item, dict) and item.get("name") and item.get("idx") is not None:
+                rgb = tuple(item.get("color") or label_colour(item["name"]))[:3]
+                segments[int(item["idx"])] = dicom_seg.Segment(int(item["idx"]), str(item["name"]), rgb)
+        folder = self.series_dir(image_id)
+        with request_stages.timed("encode_seg"):
+            source = [pydicom.dcmread(os.path.join(folder, f), stop_before_pixels=True)
+                      for f in sorted(os.listdir(folder)) if f.endswith(".dcm")]
+            label, affine = read_label(label_filename)
+            seg = dicom_seg.encode(label, affine, source, segments, algorithm=model or "manual",
+                                   series_description=f"{model or 'label'} (rocm_zoo)")
+        with request_stages.timed("store"):
+            self._client.store_instances([seg])
+        logger.info("label of %s stored in the PACS as SEG series %s (%d segments)", image_id,
+                    seg.SeriesInstanceUID, len(seg.SegmentSequence))
+        return {"SeriesInstanceUID": str(seg.SeriesInstanceUID), "StudyInstanceUID": str(seg.StudyInstanceUID),
+                "segments": [str(s.SegmentLabel) for s in seg.SegmentSequence]}
+
+
+def from_url(url: str, labels_of: LabelsOf, cache_gb: float = 8.0) -> SegDicomWebDatastore:
+    """The datastore for `--studies http(s)://.../dicom-web` (MONAI Label's prefixes, user and cache settings)."""
+    from dicomweb_client.session_utils import create_session_from_user_pass
+
+    session = None
+    if settings.MONAI_LABEL_DICOMWEB_USERNAME and settings.MONAI_LABEL_DICOMWEB_PASSWORD:
+        session = create_session_from_user_pass(settings.MONAI_LABEL_DICOMWEB_USERNAME,
+                                                settings.MONAI_LABEL_DICOMWEB_PASSWORD)
+    client = DICOMwebClientX(url=url.rstrip("/"), session=session, qido_url_prefix=settings.MONAI_LABEL_QIDO_PREFIX,
+                             wado_url_prefix=settings.MONAI_LABEL_WADO_PREFIX,
+                             stow_url_prefix=settings.MONAI_LABEL_STOW_PREFIX)
+    # dicomweb_client retries every exception 5 times with exponential waits (30 s for a PACS that is down); the
+    # store retries itself, briefly, and then says so.
+    client.set_http_retry_params(retry=False)
+    cache = (settings.MONAI_LABEL_DICOMWEB_CACHE_PATH or "").strip() or None
+    return SegDicomWebDatastore(client, labels_of, cache_path=cache, max_cache_bytes=int(cache_gb * (1 << 30)))

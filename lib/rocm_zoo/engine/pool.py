@@ -1,0 +1,228 @@
+"""One warm network per (bundle, device, dtype, layout, compile mode), shared by every task that uses it.
+
+A network is built once: bundle config + overlay parsed, weights loaded strictly, layout applied, compiled, then run
+at the exact shapes it will see, so compilation never happens inside a request. It is rebuilt when its weights file
+changes. The pool is thread-safe: a second caller asking for a network that is still warming waits for it instead of
+compiling a second copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from rocm_zoo.engine.backend import Backend, detect_backend, normalise_device
+from rocm_zoo.engine.overlay import AMP_DTYPES, MEMORY_FORMATS, OverlaySettings, bundle_on_path, load_config, load_weights
+from rocm_zoo.engine.overlay import compile_network, prepare_network, read_settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """Where a network comes from: the bundle config with `overlays` merged over it in order. No overlays is the
+    bundle as shipped (the fp32 eager baseline)."""
+
+    bundle_dir: Path
+    config: str
+    weights: str
+    overlays: tuple[Path, ...] = ()
+    device: str = "auto"
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    bundle: str
+    device: str
+    dtype: str
+    memory_format: str
+    compile_mode: str  # "eager" when not compiled
+    gemm_transpose: bool
+
+
+# One network runs or compiles at a time in this process. Running one compiled network in a thread while Dynamo
+# traces another in a background warm-up deadlocked (torch 2.14, seen in the server tests); the GPU serialises the
+# work anyway, so the cost is that a request waits while a background model compiles.
+RUN_LOCK = threading.RLock()
+
+
+def compiled_graphs() -> int:
+    """Graphs torch.compile has built in this process. Flat after warm-up means no request recompiled."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def in_layout(x: torch.Tensor, memory_format: torch.memory_format) -> torch.Tensor:
+    """`x` dense in `memory_format`, with the strides a new tensor of that format has, so a compiled network sees one
+    layout. `contiguous()` keeps the stride of a size-1 dimension as it finds it, and Dynamo guards on that stride
+    too: a one-channel click window sliced from the image and one padded to the window compiled VISTA3D's encoder
+    twice, the second time on a clinician's first click (10 s on the H200)."""
+    strides = torch.empty(x.shape, device="meta", memory_format=memory_format).stride()
+    if x.stride() == strides:
+        return x
+    if x.is_contiguous(memory_format=memory_format):  # the same bytes: only the unused strides differ
+        return x.as_strided(x.shape, strides)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=memory_format).copy_(x)
+
+
+@dataclass
+class WarmNetwork:
+    key: PoolKey
+    eager: nn.Module  # the loaded, layout-optimised module (its submodules compiled in place when the overlay says so)
+    runner: Any  # what requests call: torch.compile(eager), or eager itself
+    backend: Backend
+    settings: OverlaySettings
+    weights_path: Path
+    weights_mtime: float
+    warm_seconds: float = 0.0
+    warmed_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return AMP_DTYPES[self.key.dtype]
+
+    def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Run on a batch; returns float32 outputs on the device. MetaTensors go in as plain tensors so the compiled
+        graph sees one input type. A batch smaller than a warmed one of the same window (a sliding window's last
+        batch) is padded to it, so it runs the compiled graph instead of compiling another; extra arguments
+        (prompts) go to the network as they are."""
+        x = x.as_tensor() if hasattr(x, "as_tensor") else x
+        x = x.to(self.backend.device, dtype=torch.float32)
+        n = x.shape[0]
+        full = self.padded_batch(tuple(x.shape)) if not (args or kwargs) else n
+        if full > n:
+            x = torch.cat([x, x.new_zeros((full - n, *x.shape[1:]))])
+        x = in_layout(x, MEMORY_FORMATS[self.key.memory_format])
+        autocast = (
+            torch.autocast(self.backend.device.split(":")[0], dtype=self.dtype)
+            if self.dtype != torch.float32
+            else nullcontext()
+        )
+        with RUN_LOCK, self._lock, torch.no_grad(), autocast:
+            y = self.runner(x, *args, **kwargs)
+        return y[:n].float() if full > n else y.float()
+
+    def __getattr__(self, name: str) -> Any:
+        """Bundle inferers read attributes of the network they are given (VISTA3D's reads `point_head`): the
+        module's own attributes are visible through the warm wrapper."""
+        if name.startswith("__") or name in ("eager", "runner"):
+            raise AttributeError(name)
+        return getattr(self.eager, name)
+
+    def padded_batch(self, shape: tuple[int, ...]) -> int:
+        """The batch size to run `shape` at: its own if warmed, else the smallest warmed larger batch of that window."""
+        if shape in self.warmed_shapes:
+            return shape[0]
+        larger = [s[0] for s in self.warmed_shapes if s[1:] == shape[1:] and s[0] > shape[0]]
+        return min(larger, default=shape[0])
+
+    def warm(self, shapes: Sequence[Sequence[int]]) -> float:
+        """Compile and run at each exact input shape; returns the seconds it took."""
+        start = time.perf_counter()
+        gen = torch.Generator().manual_seed(0)
+        for shape in shapes:
+            x = torch.rand(tuple(shape), generator=gen)
+            for _ in range(2):  # the first call compiles; the second still meets one-time set-up (algorithm search)
+                self(x)
+            self.warmed_shapes.append(tuple(shape))
+        if self.backend.device.startswith("cuda"):
+            torch.cuda.synchronize(self.backend.device)
+        self.warm_seconds = round(time.perf_counter() - start, 2)
+        return self.warm_seconds
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend.kind,
+            "device": self.backend.device,
+            "device_name": self.backend.device_name,
+            "dtype": self.key.dtype,
+            "memory_format": self.key.memory_format,
+            "compiled": self.key.compile_mode != "eager",
+            "compile_mode": self.key.compile_mode,
+            "gemm_transpose": self.key.gemm_transpose,
+            "cudnn_benchmark": self.settings.cudnn_benchmark,
+            "warm": bool(self.warmed_shapes),
+            "warmed_shapes": [list(s) for s in self.warmed_shapes],
+            "warmup_seconds": self.warm_seconds,
+            "fallbacks": list(self.backend.fallbacks),
+        }
+
+
+def build_network(spec: NetworkSpec) -> WarmNetwork:
+    """Parse config + overlay, load weights strictly, then layout, then compile (in that order, always)."""
+    parser = load_config(spec.bundle_dir, spec.config, spec.overlays)
+    settings = read_settings(parser)
+    backend = detect_backend(
+        spec.device, want_bf16=settings.amp_dtype != "float32", want_compile=settings.compile
+    )
+    dtype = settings.amp_dtype if backend.bf16 else "float32"
+    if backend.device.startswith("cuda"):
+        torch.backends.cudnn.benchmark = settings.cudnn_benchmark
+    with bundle_on_path(spec.bundle_dir):
+        network = parser.get_parsed_content("network_def", instantiate=True)
+    weights = Path(spec.bundle_dir) / spec.weights
+    load_weights(network, weights)
+    network = prepare_network(network.eval(), settings, backend.device)
+    compile_mode = (settings.compile_mode or "default") if backend.compile else "eager"
+    if not backend.compile:
+        runner = network
+    elif settings.compile_submodules is None:
+        runner = torch.compile(network, mode=settings.compile_mode, dynamic=False)
+    else:
+        runner = compile_network(network, settings)
+    key = PoolKey(
+        bundle=Path(spec.bundle_dir).name,
+        device=backend.device,
+        dtype=dtype,
+        memory_format=settings.memory_format,
+        compile_mode=compile_mode,
+        gemm_transpose=settings.gemm_transpose,
+    )
+    return WarmNetwork(key, network, runner, backend, settings, weights, weights.stat().st_mtime)
+
+
+class NetworkPool:
+    def __init__(self) -> None:
+        self._nets: dict[NetworkSpec, WarmNetwork] = {}
+        self._locks: dict[NetworkSpec, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    @staticmethod
+    def _normalised(spec: NetworkSpec) -> NetworkSpec:
+        return NetworkSpec(spec.bundle_dir, spec.config, spec.weights, spec.overlays, normalise_device(spec.device))
+
+    def peek(self, spec: NetworkSpec) -> WarmNetwork | None:
+        """The network if it is built already; never builds."""
+        return self._nets.get(self._normalised(spec))
+
+    def get(self, spec: NetworkSpec, warm_shapes: Sequence[Sequence[int]] = ()) -> WarmNetwork:
+        spec = self._normalised(spec)
+        with self._guard:
+            lock = self._locks.setdefault(spec, threading.Lock())
+        with lock:  # held while building: a concurrent caller waits here instead of compiling a second copy
+            net = self._nets.get(spec)
+            weights = Path(spec.bundle_dir) / spec.weights
+            if net is not None and weights.stat().st_mtime != net.weights_mtime:
+                logger.info("%s: weights file changed; reloading", weights)
+                net = None
+            if net is None:
+                net = build_network(spec)
+                self._nets[spec] = net
+            missing = [tuple(s) for s in warm_shapes if tuple(s) not in net.warmed_shapes]
+            if missing:
+                seconds = net.warm(missing)
+                logger.info("%s warm in %.1f s at %s", net.key, seconds, missing)
+            return net
+
+    def networks(self) -> list[WarmNetwork]:
+        return list(self._nets.values())

@@ -1,0 +1,42 @@
+"""Honest sample bundles, one module per Model Zoo bundle.
+
+Each module mirrors its bundle's inference config (network class and parameters, transforms, inferer settings) and
+has the same interface:
+- `NAME`: the bundle's folder name, as downloaded from the Model Zoo;
+- `write_files(bundle_dir, size)`: configs, metadata and the bundle's own `scripts` (and any non-weight data files);
+- `random_weights(size, seed)`: seeded untrained weights, by file inside the bundle (e.g. "models/model.pt");
+- `build_network(size)`: the network exactly as the config builds it, for tests and training.
+`tiny` runs on a CPU in tests; `full` is the real network size for GPU benchmarks. Neither is a clinical model.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import ModuleType
+
+from rocm_zoo.samples.bundles import deepedit, pancreas_dints, swin_unetr_btcv, vista3d, wholebody_ct
+from rocm_zoo.samples.bundles.common import SIZES, is_sample, write_torch
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_BUNDLES: dict[str, ModuleType] = {
+    m.NAME: m for m in (deepedit, vista3d, swin_unetr_btcv, wholebody_ct, pancreas_dints)
+}
+
+__all__ = ["SAMPLE_BUNDLES", "SIZES", "write_sample_bundle"]
+
+
+def write_sample_bundle(model_dir: Path, bundle: str | ModuleType, size: str, weights: dict[str, dict] | None = None,
+                        seed: int = 0) -> Path:
+    """Write (or replace) a sample bundle (by name, or its module); `weights` (by file) default to seeded random
+    ones. A real bundle already there is kept as it is."""
+    module = SAMPLE_BUNDLES[bundle] if isinstance(bundle, str) else bundle
+    bundle = Path(model_dir) / module.NAME
+    if not is_sample(bundle):
+        logger.warning("%s holds a real (non-sample) bundle: kept, no sample written", bundle)
+        return bundle
+    module.write_files(bundle, size)
+    for rel, state in (weights or module.random_weights(size, seed)).items():
+        write_torch(bundle / rel, state)
+    return bundle

@@ -1,0 +1,179 @@
+"""VISTA3D (vista3d): clicks, class prompts and "everything", for OHIF and for 3D Slicer.
+
+Two task kinds over one warm network:
+- `vista3d` (OHIF v3's type): `points` + `point_labels` with one class in `label_prompt` (the bundle's evaluator
+  semantics: the class head's answer edited by the clicks), `label_prompt` alone (those classes), or nothing (the
+  bundle's "everything" labels). The mask holds VISTA3D class ids.
+- `deepgrow` (what Slicer lists for clicks): `label` names the segment, `foreground` / `background` clicks.
+  VISTA3D's point mode (no class head); the mask is 0/1, which Slicer files under that segment.
+
+MONAI Label never runs a bundle's evaluator, so the prompt handling the evaluator does is done here: requests are
+checked first (4xx with the reason), the bundle's own prompt transform (subclasses, special-class click labels) is
+applied, clicks are mapped through the affine chain into the preprocessed image, and the bundle's own inferer and
+postprocessing run. The whole preprocessing depends on the image alone once the prompt transform is set aside, so a
+repeated click starts from the cached, preprocessed image on the device.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+import torch
+from monai.apps.vista3d.transforms import VistaPreTransformd
+from monai.data import MetaTensor
+from monai.transforms import CropForegroundd
+from monai.utils import ensure_tuple_rep
+
+from rocm_zoo.vista3d import components
+
+from rocm_zoo.samples import phantom
+
+from rocm_zoo.vista3d import window as vista_window
+from rocm_zoo.errors import InvalidRequest
+from rocm_zoo.engine.image_cache import IMAGE_ONLY_TRANSFORMS
+from rocm_zoo.engine.masks import central_voxel
+from rocm_zoo.server.tasks.bundle import OverlayBundleTask
+from rocm_zoo.server.tasks.segmentation import input_channels
+from rocm_zoo.vista3d.points import image_affines, stored_to_preprocessed
+from rocm_zoo.vista3d.predictor import VistaPredictor, embedding_cache
+from rocm_zoo.vista3d.prompts import VistaPrompt, from_ohif, from_slicer
+
+# VISTA3D's logit for "not computed" (its NINF_VALUE): voxels outside the click windows, which the window inferer
+# leaves NaN, become background rather than the bundle's 255 ("unknown"), which no client would show as nothing.
+OUTSIDE_WINDOWS_LOGIT = -9999.0
+WARM_CLASS = "spleen"
+
+
+class Vista3dTask(OverlayBundleTask):
+    # With the prompt transform set aside, every preprocessing step depends on the image alone (the crop too: its
+    # source is the image), so all of it is cached per image.
+    cacheable_transforms = IMAGE_ONLY_TRANSFORMS + (CropForegroundd,)
+    # Small (160 x 128 x 60 mm, 4 windows of the tiny sample's 64^3 patch): the warm-up needs the shapes, not volume.
+    warm_spec = phantom.PhantomSpec("vista3d_warmup", (40, 32, 12), (4.0, 4.0, 5.0), seed=phantom.test_specs(1)[0].seed,
+                                    orientation="LPS")
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        components.install()  # the click-region steps on the device where MONAI would copy them to the host
+
+    # -- labels and shapes -------------------------------------------------------------------------------------------
+    @functools.cached_property
+    def everything(self) -> tuple[int, ...]:
+        return tuple(int(c) for c in self.bundle_config.get_parsed_content("everything_labels"))
+
+    @functools.cached_property
+    def class_names(self) -> dict[int, str]:
+        return {i: n for n, i in self.labels.items()}
+
+    def warm_shapes(self) -> list[tuple[int, ...]]:
+        # Every window the inferer makes (sliding or around a click) is one roi-sized patch, the image padded to it.
+        inferer = self.inferer()
+        batch = int(getattr(inferer, "sw_batch_size", 1))
+        roi = tuple(int(r) for r in ensure_tuple_rep(inferer.roi_size, 3))
+        return [(batch, input_channels(Path(self.bundle_path)), *roi)]
+
+    def warm_requests(self, p: phantom.Phantom) -> list[Dict[str, Any]]:
+        """One request per network path a client can take, so none compiles at request time: clicks with a class
+        (both encoder branches, class head for one class), clicks alone (point branch), one class (label branch),
+        several classes (the class head at the padded size "everything" also uses)."""
+        organ = p.truth == phantom.ORGAN_LABELS["spleen"]
+        click = central_voxel(organ) if organ.any() else [s // 2 for s in p.truth.shape]
+        spleen = self.labels.get(WARM_CLASS, min(self.labels.values()))
+        if self.entry.kind != "vista3d":
+            return [{"label": self.class_names[spleen], "foreground": [click], "background": []}]
+        other = next(c for c in self.everything if c != spleen)
+        return [{"points": [click], "point_labels": [1], "label_prompt": [spleen]},
+                {"points": [click], "point_labels": [1]},
+                {"label_prompt": [spleen]},
+                {"label_prompt": [spleen, other]}]
+
+    def warm(self) -> float:
+        seconds = super().warm()
+        net = self.pool.peek(self.network_spec())
+        if net is not None:
+            embedding_cache(net).clear()  # the warm-up image is gone; its windows would only take memory
+        return seconds
+
+    # -- prompts ------------------------------------------------------------------------------------------------------
+    def parse_prompt(self, request: Dict[str, Any], shape) -> VistaPrompt:
+        if self.entry.kind == "vista3d":
+            return from_ohif(request, self.labels, shape)
+        return from_slicer(request, self.labels, shape)
+
+    def run_pre_transforms(self, data: Dict[str, Any], transforms):
+        image_path = data.get(self.input_key)
+        prompt_transforms = [t for t in transforms if isinstance(t, VistaPreTransformd)]
+        data = super().run_pre_transforms(data, [t for t in transforms if not isinstance(t, VistaPreTransformd)])
+        image = data[self.input_key]
+        prompt = self.parse_prompt(data, image.meta["spatial_shape"])
+        prompt = self._apply_bundle_rules(prompt, prompt_transforms)
+        self._put_prompts(data, prompt, image)
+        data["vista_image_key"] = self.image_cache_key(image_path) if isinstance(image_path, str) else None
+        return data
+
+    def _apply_bundle_rules(self, prompt: VistaPrompt, transforms: list) -> VistaPrompt:
+        """The bundle's prompt transform: a class with subclasses becomes them (kidney -> left, right kidney), clicks
+        for tumour-like classes get their special labels. "Everything" is the bundle's list."""
+        classes = prompt.classes if (prompt.classes or prompt.points) else self.everything
+        d = {"label_prompt": None if classes is None else list(classes),
+             "point_labels": None if prompt.point_labels is None else list(prompt.point_labels)}
+        for t in transforms:
+            d = t(d)
+        labels = None if d["point_labels"] is None else tuple(int(v) for v in np.asarray(d["point_labels"]).ravel())
+        if prompt.points_only:  # the class only decided the click labels; the point head finds the clicked structure
+            return VistaPrompt(prompt.classes, prompt.points, labels, points_only=True)
+        expanded = None if d["label_prompt"] is None else tuple(dict.fromkeys(int(c) for c in d["label_prompt"]))
+        if prompt.points is not None and expanded is not None and len(expanded) > 1:
+            asked = classes[0]
+            parts = ", ".join(f"{c} {self.class_names.get(c, '')}".strip() for c in expanded)
+            raise InvalidRequest(f"Class {asked} ('{self.class_names.get(asked, asked)}') stands for {len(expanded)} "
+                                 f"classes ({parts}); points segment one class at a time: click with one of them")
+        return VistaPrompt(expanded, prompt.points, labels)
+
+    def _put_prompts(self, data: Dict[str, Any], prompt: VistaPrompt, image: MetaTensor) -> None:
+        """The prompts as the bundle's inferer and postprocessing read them (the keys its evaluator fills in)."""
+        device = image.device
+        data["vista_prompt"] = prompt
+        data["label_prompt"] = (None if prompt.points_only or prompt.classes is None
+                                else torch.tensor(prompt.classes, device=device).reshape(-1, 1))
+        if prompt.points is None:
+            data["points"] = data["point_labels"] = None
+            return
+        coords = stored_to_preprocessed(prompt.points, *image_affines(image))
+        # A click can lie outside the crop to the foreground (in the air around the body); the bundle's point
+        # postprocessing indexes the volume at each click, so clicks are kept inside it.
+        upper = torch.tensor(image.shape[1:], dtype=coords.dtype) - 1
+        coords = torch.minimum(coords.clamp(min=0), upper)
+        data["points"] = coords.float()[None].to(device)
+        data["point_labels"] = torch.tensor(prompt.point_labels, device=device)[None]
+
+    # -- network ------------------------------------------------------------------------------------------------------
+    def inferer(self, data=None):
+        inferer = super().inferer(data)
+        vista_window.install(inferer)  # click windows stitched on the image's device
+        return inferer
+
+    def run_inferer(self, data: Dict[str, Any], convert_to_batch=True, device="cuda"):
+        image = data[self.input_key]
+        network = self._get_network(device, data)
+        predictor = VistaPredictor(network, class_bucket=len(self.labels), image_key=data.get("vista_image_key"))
+        class_vector = None if data["vista_prompt"].points_only else data["label_prompt"]
+        logits = self.inferer(data)(image.as_tensor()[None], predictor, point_coords=data["points"],
+                                    point_labels=data["point_labels"], class_vector=class_vector)
+        logits = torch.nan_to_num(torch.as_tensor(logits), nan=OUTSIDE_WINDOWS_LOGIT)[0].to(image.device)
+        # The bundle's Invertd takes the transforms to undo from the image; the prediction must be a MetaTensor.
+        data[self.output_label_key] = MetaTensor(logits, meta=dict(image.meta))
+        return data
+
+    # -- what /info shows --------------------------------------------------------------------------------------------
+    def info(self) -> Dict[str, Any]:
+        i = super().info()
+        net = self.pool.peek(self.network_spec())
+        if net is not None:
+            cache = embedding_cache(net)
+            i["embedding_cache"] = {"hits": cache.hits, "misses": cache.misses, "windows": len(cache),
+                                    "bytes": cache.size_bytes()}
+        return i

@@ -1,0 +1,135 @@
+"""Composes the app: finds bundles, builds one task per registry entry over a shared pool, warms them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rocm_zoo.engine.backend import apply_env_defaults, describe, detect_backend
+from rocm_zoo.server.config import AppConfig
+from rocm_zoo.errors import BundleNotFound
+from rocm_zoo.engine.image_cache import ImageCache
+from rocm_zoo.engine.overlay import overlay_path
+from rocm_zoo.engine.pool import NetworkPool
+from rocm_zoo.registry import BUNDLES, TaskEntry, tasks_of
+from rocm_zoo.server.tasks.bundle import OverlayBundleTask
+from rocm_zoo.server.tasks.deepedit import DeepEditTask
+from rocm_zoo.server.tasks.segmentation import SegmentationTask
+from rocm_zoo.server.tasks.vista3d import Vista3dTask
+
+logger = logging.getLogger(__name__)
+
+TASK_CLASSES: dict[str, type[OverlayBundleTask]] = {
+    "spleen_deepedit_annotation": DeepEditTask,
+    "vista3d": Vista3dTask,
+    "wholeBody_ct_segmentation": SegmentationTask,
+    "swin_unetr_btcv_segmentation": SegmentationTask,
+    "pancreas_ct_dints_segmentation": SegmentationTask,
+}
+
+HOW_TO_GET_BUNDLES = (
+    "Put the Model Zoo bundle there (e.g. `python -m monai.bundle download {bundle} --bundle_dir {model_dir}` on a "
+    "machine with internet access, then copy the folder), or generate rocm_zoo's sample bundle with "
+    "`rocm-zoo sample --model-dir {model_dir}` (synthetic weights, not a clinical model)."
+)
+
+
+def bundle_missing_message(bundle: str, model_dir: Path) -> str:
+    where = model_dir / bundle
+    return f"Bundle '{bundle}' not found at {where}. " + HOW_TO_GET_BUNDLES.format(bundle=bundle, model_dir=model_dir)
+
+
+def make_task(entry: TaskEntry, bundle_dir: Path, overlays: tuple[Path, ...], pool: NetworkPool,
+              image_cache: ImageCache, device: str) -> OverlayBundleTask:
+    """The task the server builds for a registry entry; Ray batch workers build theirs with the same call."""
+    return TASK_CLASSES[entry.bundle](entry, bundle_dir, overlays, pool, image_cache, device)
+
+
+def use_persistent_compile_cache(path: Path) -> None:
+    """Compiled kernels next to the bundles rather than in /tmp, so a restart (even after a reboot) reuses them.
+    Inductor writes its /tmp default into the environment the first time anything asks for it (some imports do), so
+    that default counts as unset; a value the user chose is kept."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+
+
+class Zoo:
+    def __init__(self, app_dir: Path, conf: dict[str, str]):
+        self.config = AppConfig.from_conf(conf)
+        self.model_dir = Path(app_dir) / "model"
+        self.overlays_dir = Path(app_dir) / "overlays"
+        use_persistent_compile_cache(self.model_dir / ".cache" / "inductor")
+        self.backend = detect_backend(self.config.device)
+        applied = apply_env_defaults(self.backend)
+        logger.info("rocm_zoo: %s", describe(self.backend))
+        if applied:
+            logger.info("rocm_zoo: ROCm environment defaults set: %s", applied)
+        self.pool = NetworkPool()
+        self.image_cache = ImageCache(int(self.config.image_cache_gb * 2**30))
+        self.tasks: dict[str, OverlayBundleTask] = {}
+        self.missing: dict[str, str] = {}
+        self.warm_state: dict[str, str] = {}  # per task: pending, warming, warm (N s), failed: why
+        self._background: threading.Thread | None = None
+        for model in self.config.models:
+            for entry in tasks_of(model):
+                self._add(entry)
+        if not self.tasks:
+            raise BundleNotFound("No model could be loaded. " + " ".join(dict.fromkeys(self.missing.values())))
+
+    def _add(self, entry: TaskEntry) -> None:
+        bundle_dir = self.model_dir / entry.bundle
+        if not (bundle_dir / BUNDLES[entry.bundle].config).is_file():
+            self.missing[entry.name] = bundle_missing_message(entry.bundle, self.model_dir)
+            logger.error("rocm_zoo: %s", self.missing[entry.name])
+            return
+        overlay = overlay_path(self.overlays_dir, entry.bundle)
+        self.tasks[entry.name] = make_task(entry, bundle_dir, (overlay,), self.pool, self.image_cache,
+                                           self.backend.device)
+
+    def warm(self, background: bool = True) -> None:
+        """Interactive models warm now, before the server answers: a clinician's first click must not wait for a
+        compiler. Batch models then warm in a background thread while the server already answers; a request for one
+        that is still warming waits for it in the pool (one build per network, never a second compile)."""
+        interactive = [t for t in self.tasks.values() if t.entry.interactive]
+        batch = [t for t in self.tasks.values() if not t.entry.interactive]
+        for task in self.tasks.values():
+            self.warm_state[task.entry.name] = "pending"
+        for task in interactive:
+            self._warm_one(task, reraise=True)
+        if not batch:
+            return
+        if background:
+            self._background = threading.Thread(target=self._warm_all, args=(batch,), name="rocm_zoo-warm", daemon=True)
+            self._background.start()
+        else:
+            self._warm_all(batch)
+
+    def _warm_all(self, tasks: list[OverlayBundleTask]) -> None:
+        for task in tasks:
+            self._warm_one(task, reraise=False)
+
+    def _warm_one(self, task: OverlayBundleTask, reraise: bool) -> None:
+        name = task.entry.name
+        self.warm_state[name] = "warming"
+        start = time.perf_counter()
+        try:
+            task.warm()
+        except Exception as e:
+            # A batch model that cannot warm must not take the server down with it; its requests will say why.
+            self.warm_state[name] = f"failed: {type(e).__name__}: {e}"
+            logger.exception("rocm_zoo: %s could not be warmed", name)
+            if reraise:
+                raise
+            return
+        seconds = time.perf_counter() - start
+        self.warm_state[name] = f"warm ({seconds:.1f} s)"
+        logger.info("rocm_zoo: %s warm (%.1f s)", name, seconds)
+
+    def info(self) -> dict[str, Any]:
+        return {"backend": describe(self.backend), "missing": self.missing, "warm": dict(self.warm_state)}

@@ -1,6 +1,0 @@
-"""MONAI Label infer tasks built on the rocm_zoo engine. Importing this package needs monailabel."""
-
-from rocm_zoo.tasks.bundle_task import OverlayBundleTask
-from rocm_zoo.tasks.deepedit import DeepEditTask
-
-__all__ = ["OverlayBundleTask", "DeepEditTask"]

@@ -1,0 +1,191 @@
+"""What VISTA3D's inferer calls instead of the warm network: fixed class-head shapes, and the image encoder's output
+kept per (image, window) for clicks.
+
+Class prompts: the class head is compiled for a fixed number of classes, and the number a client asks for varies
+(one organ, a handful, OHIF's all-but-a-few, the 117 of "everything"). Prompts of more than one class are padded to
+`class_bucket` (repeats of the first class; the head embeds each class on its own, so padding changes nothing) and the
+padded maps are dropped again before stitching. Two class-head shapes then serve every prompt: 1 and the bucket.
+
+Clicks run only the windows around them, and a clinician clicks again and again on one image. The image encoder's
+output for a window depends on the image and the window alone, so it is kept per (image, window, encoder branches),
+bounded in bytes, and a later click that needs that window skips the encoder. VISTA3D's own reuse hook
+(`image_embeddings` with `keep_cache=True`) serves clicks without a class only; the encoder is therefore wrapped
+(`CachingEncoder`, installed once on the pooled module), which serves clicks with a class (OHIF's) as well. Whole-
+volume prompts are not cached: they touch every window once and would push the clicked windows out.
+
+VISTA3D's forward calls `torch.cuda.empty_cache()` on every call (MONAI's training-time habit): it hands the
+allocator's free blocks back to the driver, so the next window allocates them again from the driver, which
+synchronises the device. The predictor keeps the allocator's cache for the duration of its forwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Any, Hashable, Iterator
+
+import torch
+from torch import nn
+
+from rocm_zoo.engine.pool import RUN_LOCK, WarmNetwork
+
+# A full-size VISTA3D point-branch embedding of one 128^3 window is 48 x 128^3 values: 201 MB in bf16, so this keeps
+# the last ten windows (a session of ten clicks on one image); the tiny sample's are 4 MB.
+EMBEDDING_CACHE_BYTES = 2 * 2**30
+
+
+class EmbeddingCache:
+    """Least recently used encoder outputs (tensors, or tuples of tensors and None), bounded in bytes; the newest
+    entry is always kept."""
+
+    def __init__(self, max_bytes: int = EMBEDDING_CACHE_BYTES):
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[Hashable, torch.Tensor] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable) -> Any:
+        with self._lock:
+            value = self._entries.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return value
+
+    def put(self, key: Hashable, value: Any) -> None:
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > 1 and self.size_bytes() > self.max_bytes:
+                self._entries.popitem(last=False)
+
+    def size_bytes(self) -> int:
+        return sum(_nbytes(v) for v in self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, (tuple, list)):  # an encoder output: (point branch, label branch), each a list of scales
+        return sum(_nbytes(v) for v in value)
+    return value.element_size() * value.nelement() if torch.is_tensor(value) else 0
+
+
+def _detached(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detached(v) for v in value)
+    return value.detach() if torch.is_tensor(value) else value
+
+
+class CachingEncoder(nn.Module):
+    """Stands in for VISTA3D's `image_encoder`: while `key` names an (image, window), the encoder's output for it
+    comes from the cache when it is there, and goes into it when it is not. With no key it is the encoder itself."""
+
+    def __init__(self, encoder: nn.Module, cache: EmbeddingCache):
+        super().__init__()
+        self.encoder = encoder
+        self.cache = cache
+        self.key: Hashable | None = None
+
+    def forward(self, input_images: torch.Tensor, with_point: bool = True, with_label: bool = True):
+        key = None if self.key is None else (self.key, with_point, with_label)
+        if key is not None:
+            cached = self.cache.get(key)
+            if cached is not None:
+                return cached
+        out = self.encoder(input_images, with_point=with_point, with_label=with_label)
+        if key is not None:
+            self.cache.put(key, _detached(out))
+        return out
+
+
+# One cache per loaded network: embeddings belong to its weights, so a reloaded network starts empty.
+_CACHES: weakref.WeakKeyDictionary[nn.Module, EmbeddingCache] = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
+
+
+def embedding_cache(network: WarmNetwork) -> EmbeddingCache:
+    with _CACHES_LOCK:
+        cache = _CACHES.get(network.eager)
+        if cache is None:
+            cache = _CACHES[network.eager] = EmbeddingCache()
+        return cache
+
+
+def caching_encoder(network: WarmNetwork) -> CachingEncoder:
+    """The pooled module's encoder, wrapped once (the compiled encoder stays inside, warm)."""
+    module = network.eager
+    cache = embedding_cache(network)
+    with _CACHES_LOCK:
+        if not isinstance(module.image_encoder, CachingEncoder):
+            module.image_encoder = CachingEncoder(module.image_encoder, cache)
+        return module.image_encoder
+
+
+def _keep_cache() -> None:
+    pass
+
+
+@contextlib.contextmanager
+def allocator_cache_kept() -> Iterator[None]:
+    """`torch.cuda.empty_cache` does nothing inside. Swapped under the lock every network run holds, so nested or
+    concurrent runs restore it in order; a call from elsewhere meanwhile only skips a memory hint."""
+    with RUN_LOCK:
+        empty_cache, torch.cuda.empty_cache = torch.cuda.empty_cache, _keep_cache
+        try:
+            yield
+        finally:
+            torch.cuda.empty_cache = empty_cache
+
+
+class VistaPredictor:
+    def __init__(self, network: WarmNetwork, class_bucket: int, image_key: Hashable | None = None):
+        self.network = network
+        self.class_bucket = class_bucket
+        self.image_key = image_key
+        self.embeddings = embedding_cache(network)
+
+    def __getattr__(self, name: str) -> Any:
+        # Bundle inferers look at the network they are given (`point_head.last_supported`).
+        if name.startswith("__") or name in ("network", "class_bucket", "image_key", "embeddings"):
+            raise AttributeError(name)
+        return getattr(self.network, name)
+
+    def __call__(self, x: torch.Tensor, *args: Any, class_vector: torch.Tensor | None = None,
+                 point_coords: torch.Tensor | None = None, patch_coords=None, **kwargs: Any) -> torch.Tensor:
+        if patch_coords is not None:  # the window inferer names it; the sliding window passes it second, by position
+            kwargs["patch_coords"] = patch_coords
+        with allocator_cache_kept():
+            if class_vector is not None and point_coords is None and 1 < len(class_vector) < self.class_bucket:
+                return self._padded_classes(x, *args, class_vector=class_vector, **kwargs)
+            if point_coords is not None and patch_coords is not None and self.image_key:
+                return self._with_cached_encoder(x, *args, class_vector=class_vector, point_coords=point_coords,
+                                                 **kwargs)
+            return self.network(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
+
+    def _padded_classes(self, x, *args, class_vector: torch.Tensor, **kwargs) -> torch.Tensor:
+        n = len(class_vector)
+        padded = torch.cat([class_vector, class_vector[:1].expand(self.class_bucket - n, *class_vector.shape[1:])])
+        out = self.network(x, *args, class_vector=padded, **kwargs)
+        # one map per class: along dim 1 when the forward transposes for an inferer ([1, classes, ...]), else dim 0
+        return out[:, :n] if kwargs.get("transpose") else out[:n]
+
+    def _with_cached_encoder(self, x, *args, **kwargs) -> torch.Tensor:
+        window = tuple((s.start, s.stop) for s in kwargs["patch_coords"][0][-3:])
+        encoder = caching_encoder(self.network)
+        with RUN_LOCK:  # the key is state on the shared module: set it, run, clear it, as one step
+            encoder.key = (self.image_key, window)
+            try:
+                return self.network(x, *args, **kwargs)
+            finally:
+                encoder.key = None
