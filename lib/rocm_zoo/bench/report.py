@@ -148,13 +148,13 @@ def table(rows: list[Row], records: str = "benchmarks", chart: str | None = "ben
         u = r.unit
         base = f"{_fmt(r.baseline.value)} {u} ({r.baseline_is})" if r.baseline else f"- ({r.baseline_is})"
         speed = f"{r.baseline.value / r.today.value:.2f}x" if r.baseline else "-"
-        target, met = r.target_is or "-", "-"
+        target, met = r.target_is or "-", None
         if r.target is not None:
             target, met = f"{r.target:,g} {u} ({r.target_is})", r.today.value <= r.target
         elif r.target_speedup is not None and r.baseline:
             target = f">= {r.target_speedup:g}x faster than the baseline ({r.target_is})"
             met = r.baseline.value / r.today.value >= r.target_speedup
-        met = met if met == "-" else ("yes" if met else "**no**")
+        met = "-" if met is None else ("yes" if met else "**no**")
         links = _link(r.today, records)
         if r.baseline and r.baseline.source != r.today.source:
             links += "; baseline " + _link(r.baseline, records)
