@@ -149,6 +149,25 @@ def _bench_ohif(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_report(args: argparse.Namespace) -> int:
+    from rocm_zoo.bench.report import ReportError, check_report, write_report
+
+    index, markdown = Path(args.index), Path(args.markdown)
+    chart = None if args.no_chart else Path(args.chart)
+    try:
+        if args.check:
+            if not check_report(index=index, markdown=markdown, chart=chart):
+                print(f"{markdown}: the current table differs from what {index} and its records make; "
+                      "run `rocm-zoo bench-report`", file=sys.stderr)
+                return 1
+            return 0
+        rows = write_report(index=index, markdown=markdown, chart=chart)
+    except ReportError as e:
+        raise SystemExit(f"rocm-zoo bench-report: {e}") from e
+    print(f"{markdown}: {len(rows)} rows" + (f"; {chart}" if chart else ""))
+    return 0
+
+
 def _batch(args: argparse.Namespace) -> int:
     from rocm_zoo.errors import RocmZooError
     from rocm_zoo.scale.ray_batch import progress_line, run_batch, summary
@@ -312,6 +331,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--work", help="folder for the app copy, DICOM, Orthanc and server logs (default: a temp folder, "
                    "removed afterwards)")
     s.set_defaults(func=_bench_ohif)
+
+    s = sub.add_parser("bench-report", help="the current benchmark table (in docs/benchmarks.md) and chart, made "
+                       "from the JSON records that docs/benchmarks/current.json names")
+    s.add_argument("--index", default="docs/benchmarks/current.json", help="rows: record, JSON path, target, date")
+    s.add_argument("--markdown", default="docs/benchmarks.md", help="the file whose table between the markers is "
+                   "rewritten")
+    s.add_argument("--chart", default="docs/benchmarks/current.png", help="the chart PNG (baseline, today, target)")
+    s.add_argument("--no-chart", action="store_true", help="only the table")
+    s.add_argument("--check", action="store_true", help="write nothing; exit 1 if the table is not what the records "
+                   "make")
+    s.set_defaults(func=_bench_report)
     return p
 
 
