@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rocm_zoo import registry
 
 def _sample(args: argparse.Namespace) -> int:
     from rocm_zoo.samples.write import SamplePaths, default_paths, make_samples
@@ -144,7 +145,8 @@ def _bench_ohif(args: argparse.Namespace) -> int:
     from rocm_zoo.bench.ohif import run_ohif_bench
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stops the browser, the server and Orthanc on the way out
-    run_ohif_bench(out_dir=Path(args.out), repeats=args.repeats, models=tuple(args.model or ("wholeBody_ct", "vista3d")),
+    models = {"models": tuple(args.model)} if args.model else {}  # default: run_ohif_bench's
+    run_ohif_bench(out_dir=Path(args.out), repeats=args.repeats, **models,
                    work_dir=Path(args.work) if args.work else None, command=" ".join(["rocm-zoo", *sys.argv[1:]]))
     return 0
 
@@ -219,7 +221,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--no-spleen10", action="store_true", help="skip the 512x512x55 spleen_10-shaped phantom")
     s.add_argument("--dicom", metavar="DIR", help="also write each phantom as a CT DICOM series in DIR/<name>/ "
                    "(for a PACS: see `rocm-zoo pacs`)")
-    s.add_argument("--bundle", action="append",
+    s.add_argument("--bundle", action="append", choices=[n for n, b in registry.BUNDLES.items() if b.sample],
                    help="write only this sample bundle (folder name, e.g. wholeBody_ct_segmentation), repeatable")
     s.add_argument("--train", action="store_true",
                    help="train the DeepEdit weights on phantoms (tiny: ~5 min on 2 CPU cores, replaces the committed "
@@ -229,7 +231,8 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="start the MONAI Label server with the rocm_zoo app")
     s.add_argument("--studies", help="datastore folder (default sample-data/studies)")
-    s.add_argument("--models", default="all", help="'all' or a comma list of models (default all)")
+    s.add_argument("--models", default="all",
+                   help=f"'all' or a comma list of models: {', '.join(registry.MODELS)} (default all)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--conf", nargs=2, action="append", metavar=("KEY", "VALUE"), help="more app --conf options")
@@ -259,8 +262,7 @@ def parser() -> argparse.ArgumentParser:
         "labels; workers on other hosts need only the same Python environment and the bundle at the same path. "
         "A worker that dies loses no study: its studies run again on another worker (at most --max-retries times), "
         "Ray restarts the worker (--worker-restarts) or it is dropped. Exit status 1 if any study failed.")
-    s.add_argument("--model", required=True, help="batch model: wholeBody_ct, swin_unetr_btcv, pancreas_ct_dints, "
-                   "spleen_deepedit_seg")
+    s.add_argument("--model", required=True, help=f"batch model: {', '.join(registry.batch_models())}")
     s.add_argument("--studies", help="datastore folder of the studies (default sample-data/studies)")
     s.add_argument("--images", default="unlabeled", choices=["all", "labeled", "unlabeled"],
                    help="which studies of the folder: unlabeled (no label under any tag; default), labeled, all")
@@ -324,8 +326,9 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bench-ohif", help="OHIF 'Run' to segmentation shown, in headless Chromium against a local "
                        "Orthanc, first and repeated, with the server's per-stage split (CPU, tiny sample bundles)")
-    s.add_argument("--model", action="append", choices=["wholeBody_ct", "vista3d"],
-                   help="only this model (default both: wholeBody_ct's auto segmentation, a VISTA3D spleen point)")
+    s.add_argument("--model", action="append", choices=list(registry.ohif_actions()),
+                   help="only this model, repeatable (default: wholeBody_ct's auto segmentation and a VISTA3D spleen "
+                   "point)")
     s.add_argument("--repeats", type=int, default=5, help="Runs after the first (default 5)")
     s.add_argument("--out", default="bench-out", help="folder for bench_ohif.json and bench_ohif.md")
     s.add_argument("--work", help="folder for the app copy, DICOM, Orthanc and server logs (default: a temp folder, "

@@ -36,9 +36,16 @@ from rocm_zoo.server import request_stages
 from rocm_zoo.samples.dicom_series import series_uids
 from rocm_zoo.samples.write import REPO_ROOT, write_bundles, write_dicom_studies
 from rocm_zoo.bench.server_process import free_port, monailabel_server
+from rocm_zoo.registry import TASKS, ohif_actions
 
 logger = logging.getLogger(__name__)
-ACTIONS = {"wholeBody_ct": ohif.AUTO, "vista3d": ohif.POINT}  # how OHIF asks each model
+BUTTONS = {"auto": ohif.AUTO, "point": ohif.POINT}  # the panel's Run button per registry OHIF tab
+DEFAULT_MODELS = ("wholeBody_ct", "vista3d")
+
+
+def actions() -> dict[str, tuple[str, str]]:
+    """How OHIF asks each model meant for it (from the registry): model -> (Run button, notification when shown)."""
+    return {name: BUTTONS[tab] for name, tab in ohif_actions().items()}
 SERVER_START_S = 1800  # a cold compile of the tiny networks on 2 CPU cores takes minutes
 STAGE_LINE_WAIT_S = 30.0
 
@@ -128,13 +135,14 @@ def _stage_p50(stages: list[dict]) -> dict[str, float]:
 
 def run_scenario(model: str, app_dir: Path, work: Path, dicomweb_url: str, spec: phantom.PhantomSpec,
                  study: str, series: str, repeats: int) -> dict[str, Any]:
-    action = ACTIONS[model]
+    action = actions()[model]
     log = work / f"server-{model}.log"
     env = {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"),
            "MONAI_LABEL_DICOMWEB_CACHE_PATH": str(work / f"dicom-cache-{model}")}  # new: the first Run fetches
     shutil.rmtree(env["MONAI_LABEL_DICOMWEB_CACHE_PATH"], ignore_errors=True)
     start = time.perf_counter()
-    with monailabel_server(app_dir, dicomweb_url, model, log, cwd=work, timeout_s=SERVER_START_S, env=env) as url:
+    with monailabel_server(app_dir, dicomweb_url, TASKS[model].model, log, cwd=work, timeout_s=SERVER_START_S,
+                           env=env) as url:
         warm = wait_warm(url, SERVER_START_S)
         server_ready_s = time.perf_counter() - start
         logger.info("%s: server warm after %.0f s", model, server_ready_s)
@@ -176,11 +184,11 @@ def run_scenario(model: str, app_dir: Path, work: Path, dicomweb_url: str, spec:
     }
 
 
-def run_ohif_bench(out_dir: Path, repeats: int = 5, models: tuple[str, ...] = ("wholeBody_ct", "vista3d"),
+def run_ohif_bench(out_dir: Path, repeats: int = 5, models: tuple[str, ...] = DEFAULT_MODELS,
                    work_dir: Path | None = None, command: str = "") -> dict[str, Any]:
-    unknown = [m for m in models if m not in ACTIONS]
+    unknown = [m for m in models if m not in actions()]
     if unknown:
-        raise ValueError(f"bench-ohif times {sorted(ACTIONS)}; not {unknown}")
+        raise ValueError(f"bench-ohif times {sorted(actions())}; not {unknown}")
     out_dir.mkdir(parents=True, exist_ok=True)
     spec = phantom.SPLEEN10
     record: dict[str, Any] = {

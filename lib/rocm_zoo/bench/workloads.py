@@ -7,6 +7,8 @@ a label map. The benchmark times `run` and compares the label maps of every vari
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -19,10 +21,7 @@ from rocm_zoo.samples import phantom
 from rocm_zoo.engine.masks import central_voxel
 from rocm_zoo.engine.overlay import bundle_on_path, load_config
 from rocm_zoo.samples.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
-from rocm_zoo.registry import BUNDLES
-
-SPLEEN = phantom.ORGAN_LABELS["spleen"]
-VISTA_SPLEEN = 3  # VISTA3D's global class id for the spleen: the bundle's default `label_prompt [3]`
+from rocm_zoo.registry import BUNDLES, Request
 
 
 @dataclass(frozen=True)
@@ -44,15 +43,29 @@ def _vista_labels(out: torch.Tensor) -> torch.Tensor:
     return torch.where(best > 0, idx + 1, torch.zeros_like(idx))
 
 
-def _click(p: phantom.Phantom, _parser: ConfigParser) -> dict:
-    return {"spleen": [central_voxel(p.truth == SPLEEN)], "background": []}
+def class_ids(bundle_dir: Path) -> dict[str, int]:
+    """The bundle's output classes by name, as MONAI Label reads them (metadata.json, the prediction's channel_def)."""
+    meta = json.loads((Path(bundle_dir) / "configs" / "metadata.json").read_text())
+    pred = next(iter(meta["network_data_format"]["outputs"].values()))
+    return {v.lower(): int(k) for k, v in pred.get("channel_def", {}).items() if v.lower() != "background"}
 
 
-def _class_prompt(p: phantom.Phantom, _parser: ConfigParser) -> dict:
-    return {"label_prompt": [VISTA_SPLEEN]}
+def _class_id(parser: ConfigParser, name: str) -> int:
+    ids = class_ids(Path(parser["bundle_root"]))
+    return ids.get(name, min(ids.values()))  # as the server's warm-up picks it
 
 
-def _everything(_p: phantom.Phantom, parser: ConfigParser) -> dict:
+def _click(r: Request, p: phantom.Phantom, _parser: ConfigParser) -> dict:
+    return {r.organ: [central_voxel(p.truth == phantom.ORGAN_LABELS[r.organ])], "background": []}
+
+
+def _classes(r: Request, _p: phantom.Phantom, parser: ConfigParser) -> dict:
+    first = _class_id(parser, r.organ)
+    others = [int(c) for c in parser.get_parsed_content("everything_labels") if int(c) != first]
+    return {"label_prompt": [first, *others[:r.extra_classes]]}
+
+
+def _everything(_r: Request, _p: phantom.Phantom, parser: ConfigParser) -> dict:
     return {"label_prompt": list(parser.get_parsed_content("everything_labels"))}
 
 
@@ -61,18 +74,28 @@ def _vista_run(inferer, network, x: torch.Tensor, data: dict) -> torch.Tensor:
     return inferer(x, network, class_vector=prompt)
 
 
-WORKLOADS: dict[str, list[Workload]] = {
-    "simple": [Workload("one click in the spleen", _click, lambda inf, net, x, d: net(x), _argmax)],
-    "sliding_window": [Workload("whole volume", lambda p, c: {}, lambda inf, net, x, d: inf(x, net), _argmax)],
-    "vista3d": [
-        Workload("label_prompt [3] (spleen)", _class_prompt, _vista_run, _vista_labels),
-        Workload("everything", _everything, _vista_run, _vista_labels),
-    ],
+# How the benchmark makes and runs each kind of registry request, by bundle kind: (request keys, run, label map).
+RUNS: dict[tuple[str, str], tuple[Callable, Callable, Callable]] = {
+    ("deepedit", "click"): (_click, lambda inf, net, x, d: net(x), _argmax),  # the click is a guidance channel
+    ("sliding_window", "whole_volume"): (lambda r, p, c: {}, lambda inf, net, x, d: inf(x, net), _argmax),
+    ("vista3d", "classes"): (_classes, _vista_run, _vista_labels),
+    ("vista3d", "everything"): (_everything, _vista_run, _vista_labels),
 }
 
 
+def workload(bundle_kind: str, request: Request) -> Workload:
+    if (bundle_kind, request.kind) not in RUNS:
+        known = ", ".join(f"{k} on {b}" for b, k in RUNS)
+        raise ValueError(f"rocm-zoo bench cannot time '{request.name}' (a {request.kind} request on a {bundle_kind} "
+                         f"bundle); it times: {known}")
+    make, run, to_labels = RUNS[bundle_kind, request.kind]
+    return Workload(request.name, functools.partial(make, request), run, to_labels)
+
+
 def workloads_for(bundle: str) -> list[Workload]:
-    return WORKLOADS[BUNDLES[bundle].inferer]
+    """The bundle's registry requests marked for the benchmark."""
+    entry = BUNDLES[bundle]
+    return [workload(entry.kind, r) for r in entry.requests if r.bench]
 
 
 @dataclass

@@ -16,13 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocm_zoo.errors import BundleNotFound, ConfigError, RocmZooError
+from rocm_zoo.errors import ConfigError, RocmZooError
 from rocm_zoo.scale.ray_worker import SegmentationWorker, WorkerSpec
-from rocm_zoo.registry import BUNDLES, TASKS
+from rocm_zoo.registry import TASKS, batch_models, find_bundle
 
 logger = logging.getLogger(__name__)
-
-BATCH_MODELS = tuple(name for name, t in TASKS.items() if t.kind == "segmentation")
 
 
 class RayUnavailable(RocmZooError):
@@ -76,16 +74,15 @@ def worker_spec(model: str, model_dir: Path, overlays_dir: Path, extra_overlays:
                 device: str = "auto") -> WorkerSpec:
     """What each worker builds, checked here on the driver: a batch model, its bundle present."""
     from rocm_zoo.engine.overlay import overlay_path
-    from rocm_zoo.server.zoo import bundle_missing_message
 
-    if model not in BATCH_MODELS:
-        near = difflib.get_close_matches(model, BATCH_MODELS, n=1)
+    models = batch_models()
+    if model not in models:
+        near = difflib.get_close_matches(model, models, n=1)
         hint = f" Did you mean '{near[0]}'?" if near else ""
-        raise ConfigError(f"'{model}' is not a batch model.{hint} Batch models: {', '.join(BATCH_MODELS)}")
+        raise ConfigError(f"'{model}' is not a batch model.{hint} Batch models: {', '.join(models)}")
     entry = TASKS[model]
+    find_bundle(entry.bundle, Path(model_dir))
     bundle_dir = Path(model_dir).resolve() / entry.bundle
-    if not (bundle_dir / BUNDLES[entry.bundle].config).is_file():
-        raise BundleNotFound(bundle_missing_message(entry.bundle, Path(model_dir)))
     overlays = (overlay_path(Path(overlays_dir), entry.bundle), *extra_overlays)
     return WorkerSpec(model, str(bundle_dir), tuple(str(Path(o).resolve()) for o in overlays), device)
 

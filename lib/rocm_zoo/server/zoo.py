@@ -15,7 +15,7 @@ from rocm_zoo.errors import BundleNotFound
 from rocm_zoo.engine.image_cache import ImageCache
 from rocm_zoo.engine.overlay import overlay_path
 from rocm_zoo.engine.pool import NetworkPool
-from rocm_zoo.registry import BUNDLES, TaskEntry, tasks_of
+from rocm_zoo.registry import BUNDLES, TaskEntry, find_bundle, tasks_of
 from rocm_zoo.server.tasks.bundle import OverlayBundleTask
 from rocm_zoo.server.tasks.deepedit import DeepEditTask
 from rocm_zoo.server.tasks.segmentation import SegmentationTask
@@ -23,30 +23,18 @@ from rocm_zoo.server.tasks.vista3d import Vista3dTask
 
 logger = logging.getLogger(__name__)
 
+# The task class for each kind of bundle (rocm_zoo.registry.BUNDLE_KINDS); the registry gives each bundle its kind.
 TASK_CLASSES: dict[str, type[OverlayBundleTask]] = {
-    "spleen_deepedit_annotation": DeepEditTask,
+    "deepedit": DeepEditTask,
     "vista3d": Vista3dTask,
-    "wholeBody_ct_segmentation": SegmentationTask,
-    "swin_unetr_btcv_segmentation": SegmentationTask,
-    "pancreas_ct_dints_segmentation": SegmentationTask,
+    "sliding_window": SegmentationTask,
 }
-
-HOW_TO_GET_BUNDLES = (
-    "Put the Model Zoo bundle there (e.g. `python -m monai.bundle download {bundle} --bundle_dir {model_dir}` on a "
-    "machine with internet access, then copy the folder), or generate rocm_zoo's sample bundle with "
-    "`rocm-zoo sample --model-dir {model_dir}` (synthetic weights, not a clinical model)."
-)
-
-
-def bundle_missing_message(bundle: str, model_dir: Path) -> str:
-    where = model_dir / bundle
-    return f"Bundle '{bundle}' not found at {where}. " + HOW_TO_GET_BUNDLES.format(bundle=bundle, model_dir=model_dir)
 
 
 def make_task(entry: TaskEntry, bundle_dir: Path, overlays: tuple[Path, ...], pool: NetworkPool,
               image_cache: ImageCache, device: str) -> OverlayBundleTask:
     """The task the server builds for a registry entry; Ray batch workers build theirs with the same call."""
-    return TASK_CLASSES[entry.bundle](entry, bundle_dir, overlays, pool, image_cache, device)
+    return TASK_CLASSES[BUNDLES[entry.bundle].kind](entry, bundle_dir, overlays, pool, image_cache, device)
 
 
 def use_persistent_compile_cache(path: Path) -> None:
@@ -83,9 +71,10 @@ class Zoo:
             raise BundleNotFound("No model could be loaded. " + " ".join(dict.fromkeys(self.missing.values())))
 
     def _add(self, entry: TaskEntry) -> None:
-        bundle_dir = self.model_dir / entry.bundle
-        if not (bundle_dir / BUNDLES[entry.bundle].config).is_file():
-            self.missing[entry.name] = bundle_missing_message(entry.bundle, self.model_dir)
+        try:
+            bundle_dir = find_bundle(entry.bundle, self.model_dir)
+        except BundleNotFound as e:
+            self.missing[entry.name] = str(e)
             logger.error("rocm_zoo: %s", self.missing[entry.name])
             return
         overlay = overlay_path(self.overlays_dir, entry.bundle)

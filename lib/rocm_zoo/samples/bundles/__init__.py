@@ -1,4 +1,4 @@
-"""Honest sample bundles, one module per Model Zoo bundle.
+"""Honest sample bundles, one module per Model Zoo bundle; the registry names each bundle's module (`sample`).
 
 Each module mirrors its bundle's inference config (network class and parameters, transforms, inferer settings) and
 has the same interface:
@@ -11,18 +11,32 @@ has the same interface:
 
 from __future__ import annotations
 
+import importlib
 import logging
 from pathlib import Path
 from types import ModuleType
 
-from rocm_zoo.samples.bundles import deepedit, pancreas_dints, swin_unetr_btcv, vista3d, wholebody_ct
+from rocm_zoo.errors import ConfigError
+from rocm_zoo.registry import BUNDLES
 from rocm_zoo.samples.bundles.common import SIZES, is_sample, write_torch
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_BUNDLES: dict[str, ModuleType] = {
-    m.NAME: m for m in (deepedit, vista3d, swin_unetr_btcv, wholebody_ct, pancreas_dints)
-}
+
+def _sample_modules() -> dict[str, ModuleType]:
+    modules = {}
+    for entry in BUNDLES.values():
+        if not entry.sample:
+            continue
+        module = importlib.import_module(f"{__name__}.{entry.sample}")
+        if module.NAME != entry.name:
+            raise ConfigError(f"Sample module {module.__name__} writes '{module.NAME}', the registry names it for "
+                              f"'{entry.name}'")
+        modules[entry.name] = module
+    return modules
+
+
+SAMPLE_BUNDLES: dict[str, ModuleType] = _sample_modules()
 
 __all__ = ["SAMPLE_BUNDLES", "SIZES", "write_sample_bundle"]
 

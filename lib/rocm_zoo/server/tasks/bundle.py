@@ -18,7 +18,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 from monai.transforms import EnsureChannelFirstd, EnsureTyped, LoadImaged
@@ -27,15 +27,15 @@ from monailabel.interfaces.utils.transform import run_transforms
 from monailabel.tasks.infer.bundle import BundleInferTask
 from monailabel.transform.pre import LoadImageTensord
 
-from rocm_zoo.samples import phantom
 from rocm_zoo.engine.backend import normalise_device
-from rocm_zoo.errors import ImageNotFound, InvalidRequest, VolumeTooLarge
+from rocm_zoo.errors import ConfigError, ImageNotFound, InvalidRequest, VolumeTooLarge
 from rocm_zoo.engine.image_cache import IMAGE_ONLY_TRANSFORMS, ImageCache, file_identity, split_image_only
 from rocm_zoo.engine.overlay import BUNDLE_IMPORT_LOCK, load_config
 from rocm_zoo.engine.pool import NetworkPool, NetworkSpec, compiled_graphs
-from rocm_zoo.registry import BUNDLES, TaskEntry
+from rocm_zoo.registry import BUNDLES, Request, TaskEntry
 from rocm_zoo.server.label_writer import DeviceLabelWriter
 from rocm_zoo.engine.volume_check import first_line
+from rocm_zoo.engine.warm_volume import DEFAULT_GRID, WarmGrid, WarmVolume, make_warm_volume
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +49,8 @@ class OverlayBundleTask(BundleInferTask):
     # Interactive tasks keep the preprocessed image for the next click; an automatic task segments an image once,
     # so caching it would only hold device memory (a whole-body CT at 1.5 mm is ~100 MB).
     cache_preprocessed: bool = True
-    # The phantom the warm-up requests run on.
-    warm_spec: phantom.PhantomSpec = phantom.test_specs(1)[0]
+    # The grid of the volume the warm-up requests run on.
+    warm_grid: WarmGrid = DEFAULT_GRID
 
     def __init__(
         self,
@@ -87,15 +87,16 @@ class OverlayBundleTask(BundleInferTask):
         return self.warm_shapes()  # parsed from the bundle config once, not on every request
 
     def warm(self) -> float:
-        """Compile and warm the network, then run one whole request on a small phantom, so the first real click
-        finds every reader, transform and writer already initialised (ITK alone takes seconds to load its IO)."""
+        """Compile and warm the network, then run the bundle's warm-up requests end to end on a small synthetic
+        volume, so the first real click finds every reader, transform and writer already initialised (ITK alone takes
+        seconds to load its IO)."""
         network_seconds = self.pool.get(self.network_spec(), self._shapes).warm_seconds
         start = time.perf_counter()
+        volume = make_warm_volume(self.warm_grid)
+        requests = self.warm_requests(volume)
         with tempfile.TemporaryDirectory(prefix="rocm_zoo_warm_") as tmp:
-            p = phantom.make_phantom(self.warm_spec)
             image = os.path.join(tmp, "warmup.nii.gz")
-            phantom.write_phantom(p, Path(image), Path(tmp) / "warmup_truth.nii.gz")
-            requests = self.warm_requests(p)
+            volume.write(Path(image))
             for request in requests:
                 result, _ = self({"image": image, "result_extension": ".nrrd", "result_dtype": "uint8", **request})
                 if result and os.path.exists(result):
@@ -104,13 +105,18 @@ class OverlayBundleTask(BundleInferTask):
                     time.perf_counter() - start)
         return network_seconds
 
-    def warm_request(self, p: phantom.Phantom) -> Dict[str, Any]:
-        """Task-specific request parameters for the warm-up run (clicks, prompts)."""
-        return {}
+    def encode(self, request: Request, volume: WarmVolume) -> Optional[Dict[str, Any]]:
+        """The request's parameters as this task's viewers send them; None where they cannot ask it."""
+        return {} if request.kind == "whole_volume" else None
 
-    def warm_requests(self, p: phantom.Phantom) -> list[Dict[str, Any]]:
-        """The warm-up requests: one per kind of request that runs the network at another shape or branch."""
-        return [self.warm_request(p)]
+    def warm_requests(self, volume: WarmVolume) -> list[Dict[str, Any]]:
+        """The registry's warm-up requests for the bundle that this task's viewers can send."""
+        encoded = [self.encode(r, volume) for r in self.bundle_entry.requests if r.warm]
+        requests = [e for e in encoded if e is not None]
+        if not requests:
+            raise ConfigError(f"{self.entry.name} (type {self.entry.kind}) can send none of the warm-up requests of "
+                              f"{self.entry.bundle}: {', '.join(r.name for r in self.bundle_entry.requests)}")
+        return requests
 
     # MONAI Label instantiates the bundle's transforms and inferer per request with the bundle's `scripts` on
     # sys.path; one bundle at a time, since a background warm-up may be doing the same for another bundle.

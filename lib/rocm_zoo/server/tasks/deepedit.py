@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from monai.apps.deepedit.transforms import AddGuidanceSignalDeepEditd
 
-from rocm_zoo.samples import phantom
 from rocm_zoo.engine.clicks import voxel_point
 from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.engine.guidance import DeviceGuidanceSignald
-from rocm_zoo.engine.masks import central_voxel
+from rocm_zoo.engine.warm_volume import WarmVolume
+from rocm_zoo.registry import Request
 from rocm_zoo.server.tasks.bundle import OverlayBundleTask
 
 
@@ -28,8 +28,11 @@ class DeepEditTask(OverlayBundleTask):
         spatial = self.bundle_config.get_parsed_content("spatial_size")
         return [(1, int(channels), *map(int, spatial))]
 
-    def warm_request(self, p: phantom.Phantom) -> Dict[str, Any]:
-        return {"spleen": [central_voxel(p.truth == phantom.ORGAN_LABELS["spleen"])], "background": []}
+    def encode(self, request: Request, volume: WarmVolume) -> Optional[Dict[str, Any]]:
+        # Slicer and OHIF send one key per label with its clicks (the automatic task is sent them too, and ignores them).
+        if request.kind == "click":
+            return {request.organ: [volume.click], "background": []}
+        return super().encode(request, volume)
 
     def pre_transforms(self, data=None):
         return [DeviceGuidanceSignald.replacing(t) if isinstance(t, AddGuidanceSignalDeepEditd) else t

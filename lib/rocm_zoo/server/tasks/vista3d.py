@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
@@ -28,13 +28,11 @@ from monai.transforms import CropForegroundd
 from monai.utils import ensure_tuple_rep
 
 from rocm_zoo.vista3d import components
-
-from rocm_zoo.samples import phantom
-
 from rocm_zoo.vista3d import window as vista_window
 from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.engine.image_cache import IMAGE_ONLY_TRANSFORMS
-from rocm_zoo.engine.masks import central_voxel
+from rocm_zoo.engine.warm_volume import VISTA3D_GRID, WarmVolume
+from rocm_zoo.registry import Request
 from rocm_zoo.server.tasks.bundle import OverlayBundleTask
 from rocm_zoo.server.tasks.segmentation import input_channels
 from rocm_zoo.vista3d.points import image_affines, stored_to_preprocessed
@@ -44,7 +42,6 @@ from rocm_zoo.vista3d.prompts import VistaPrompt, from_ohif, from_slicer
 # VISTA3D's logit for "not computed" (its NINF_VALUE): voxels outside the click windows, which the window inferer
 # leaves NaN, become background rather than the bundle's 255 ("unknown"), which no client would show as nothing.
 OUTSIDE_WINDOWS_LOGIT = -9999.0
-WARM_CLASS = "spleen"
 
 
 class Vista3dTask(OverlayBundleTask):
@@ -52,8 +49,7 @@ class Vista3dTask(OverlayBundleTask):
     # source is the image), so all of it is cached per image.
     cacheable_transforms = IMAGE_ONLY_TRANSFORMS + (CropForegroundd,)
     # Small (160 x 128 x 60 mm, 4 windows of the tiny sample's 64^3 patch): the warm-up needs the shapes, not volume.
-    warm_spec = phantom.PhantomSpec("vista3d_warmup", (40, 32, 12), (4.0, 4.0, 5.0), seed=phantom.test_specs(1)[0].seed,
-                                    orientation="LPS")
+    warm_grid = VISTA3D_GRID
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -75,20 +71,27 @@ class Vista3dTask(OverlayBundleTask):
         roi = tuple(int(r) for r in ensure_tuple_rep(inferer.roi_size, 3))
         return [(batch, input_channels(Path(self.bundle_path)), *roi)]
 
-    def warm_requests(self, p: phantom.Phantom) -> list[Dict[str, Any]]:
-        """One request per network path a client can take, so none compiles at request time: clicks with a class
-        (both encoder branches, class head for one class), clicks alone (point branch), one class (label branch),
-        several classes (the class head at the padded size "everything" also uses)."""
-        organ = p.truth == phantom.ORGAN_LABELS["spleen"]
-        click = central_voxel(organ) if organ.any() else [s // 2 for s in p.truth.shape]
-        spleen = self.labels.get(WARM_CLASS, min(self.labels.values()))
+    def class_id(self, name: str) -> int:
+        return self.labels.get(name, min(self.labels.values()))
+
+    def encode(self, request: Request, volume: WarmVolume) -> Optional[Dict[str, Any]]:
+        """OHIF (type vista3d) sends `points` / `point_labels` / `label_prompt`; Slicer (type deepgrow) can only click,
+        naming the segment in `label`."""
+        click = volume.click
         if self.entry.kind != "vista3d":
-            return [{"label": self.class_names[spleen], "foreground": [click], "background": []}]
-        other = next(c for c in self.everything if c != spleen)
-        return [{"points": [click], "point_labels": [1], "label_prompt": [spleen]},
-                {"points": [click], "point_labels": [1]},
-                {"label_prompt": [spleen]},
-                {"label_prompt": [spleen, other]}]
+            if request.kind != "click":
+                return None
+            return {"label": self.class_names[self.class_id(request.organ)], "foreground": [click], "background": []}
+        if request.kind == "click":
+            return {"points": [click], "point_labels": [1]}
+        if request.kind == "click_class":
+            return {"points": [click], "point_labels": [1], "label_prompt": [self.class_id(request.organ)]}
+        if request.kind == "classes":
+            first = self.class_id(request.organ)
+            return {"label_prompt": [first, *[c for c in self.everything if c != first][:request.extra_classes]]}
+        if request.kind == "everything":
+            return {}  # nothing but the image: the bundle's "everything" labels
+        return super().encode(request, volume)
 
     def warm(self) -> float:
         seconds = super().warm()
