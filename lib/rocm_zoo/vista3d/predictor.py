@@ -23,12 +23,12 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections import OrderedDict
 from typing import Any, Hashable, Iterator
 
 import torch
 from torch import nn
 
+from rocm_zoo.engine.lru import ByteLRU
 from rocm_zoo.engine.pool import RUN_LOCK, WarmNetwork
 
 # A full-size VISTA3D point-branch embedding of one 128^3 window is 48 x 128^3 values: 201 MB in bf16, so this keeps
@@ -41,38 +41,35 @@ class EmbeddingCache:
     entry is always kept."""
 
     def __init__(self, max_bytes: int = EMBEDDING_CACHE_BYTES):
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[Hashable, torch.Tensor] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: ByteLRU[Hashable, Any] = ByteLRU(max_bytes, _nbytes)
+        self._count_lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
+    @property
+    def max_bytes(self) -> int:
+        return self._entries.max_bytes
+
     def get(self, key: Hashable) -> Any:
-        with self._lock:
-            value = self._entries.get(key)
+        value = self._entries.get(key)
+        with self._count_lock:
             if value is None:
                 self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return value
+            else:
+                self.hits += 1
+        return value
 
     def put(self, key: Hashable, value: Any) -> None:
-        with self._lock:
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            while len(self._entries) > 1 and self.size_bytes() > self.max_bytes:
-                self._entries.popitem(last=False)
+        self._entries.put(key, value)
 
     def size_bytes(self) -> int:
-        return sum(_nbytes(v) for v in self._entries.values())
+        return self._entries.size_bytes()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._entries.clear()
 
 
 def _nbytes(value: Any) -> int:
