@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 from rocm_zoo.errors import ConfigError
+from rocm_zoo.names import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,7 @@ def select_models(spec: str) -> tuple[str, ...]:
         return MODELS
     for n in names:
         if n not in MODELS:
-            near = difflib.get_close_matches(n, MODELS, n=1)
-            hint = f" Did you mean '{near[0]}'?" if near else ""
+            hint = did_you_mean(n, MODELS)
             raise ConfigError(f"Unknown model '{n}' in --conf models.{hint} Known models: all, {', '.join(MODELS)}")
     return tuple(dict.fromkeys(names))
 

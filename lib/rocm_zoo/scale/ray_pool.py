@@ -8,7 +8,6 @@ restarted, or was killed with `ray.kill`, is dropped and the batch goes on with 
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import logging
 import socket
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rocm_zoo.errors import BundleNotFound, ConfigError, RocmZooError
+from rocm_zoo.names import did_you_mean
 from rocm_zoo.scale.ray_worker import SegmentationWorker, WorkerSpec
 from rocm_zoo.registry import BUNDLES, TASKS
 
@@ -79,8 +79,7 @@ def worker_spec(model: str, model_dir: Path, overlays_dir: Path, extra_overlays:
     from rocm_zoo.server.zoo import bundle_missing_message
 
     if model not in BATCH_MODELS:
-        near = difflib.get_close_matches(model, BATCH_MODELS, n=1)
-        hint = f" Did you mean '{near[0]}'?" if near else ""
+        hint = did_you_mean(model, BATCH_MODELS)
         raise ConfigError(f"'{model}' is not a batch model.{hint} Batch models: {', '.join(BATCH_MODELS)}")
     entry = TASKS[model]
     bundle_dir = Path(model_dir).resolve() / entry.bundle
