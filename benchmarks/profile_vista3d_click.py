@@ -30,7 +30,7 @@ import torch
 from monai.apps.vista3d import inferer as monai_inferer
 
 from rocm_zoo.vista3d import predictor as vista_predictor
-
+from rocm_zoo.vista3d import reroutes
 from rocm_zoo.vista3d import window as vista_window
 from rocm_zoo.bench.network import versions
 from rocm_zoo.bench.stats import medians, summarise
@@ -74,16 +74,16 @@ class ForwardTimer:
 @contextlib.contextmanager
 def monai_variant():
     """MONAI's own click path: its host-stitching window inferer and VISTA3D's cache emptying."""
-    install, kept = vista_window.install, vista_predictor.allocator_cache_kept
+    route, kept = vista_window.route_inferer, reroutes.allocator_cache_kept
 
-    def monai_install(inferer):
+    def monai_route(inferer):  # `install` runs before each click: this puts MONAI's inferer back each time
         type(inferer).__call__.__globals__["point_based_window_inferer"] = monai_inferer.point_based_window_inferer
 
-    vista_window.install, vista_predictor.allocator_cache_kept = monai_install, contextlib.nullcontext
+    vista_window.route_inferer, reroutes.allocator_cache_kept = monai_route, contextlib.nullcontext
     try:
         yield
     finally:
-        vista_window.install, vista_predictor.allocator_cache_kept = install, kept
+        vista_window.route_inferer, reroutes.allocator_cache_kept = route, kept
 
 
 @contextlib.contextmanager
