@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import io
 import resource
-import statistics
 import time
 
 import numpy as np
 import pydicom
 
+from rocm_zoo.bench.stats import percentile
 from rocm_zoo.dicomweb import dicom_seg
 
 from rocm_zoo.samples import phantom
@@ -40,7 +40,7 @@ def main() -> None:
     seg.save_as(buf)
     buf.seek(0)
     back = dicom_seg.decode(pydicom.dcmread(buf), source)
-    print(f"encode p50 {statistics.median(times):.2f} s (runs {', '.join(f'{t:.2f}' for t in times)}), "
+    print(f"encode p50 {percentile(times, 50):.2f} s (runs {', '.join(f'{t:.2f}' for t in times)}), "
           f"{len(seg.SegmentSequence)} segments, {seg.NumberOfFrames} frames, "
           f"read back equal: {bool(np.array_equal(back, label))}, "
           f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB")

@@ -7,13 +7,13 @@ server's per-stage latencies.
 
 import argparse
 import json
-import statistics
 import time
 
 import nibabel as nib
 import numpy as np
 from monailabel.client import MONAILabelClient
 
+from rocm_zoo.bench.stats import medians, summarise
 from rocm_zoo.engine.masks import central_voxel
 
 
@@ -39,9 +39,8 @@ def main() -> None:
             stages.append({k: v for k, v in out["latencies"].items() if k != "transform"})
     record = {
         "first_click": first,
-        "repeated_wall_ms": {"p50": round(statistics.median(walls), 1),
-                             "p90": round(float(np.percentile(walls, 90)), 1)},
-        "repeated_stage_p50_s": {k: statistics.median(s[k] for s in stages) for k in stages[0]},
+        "repeated_wall_ms": summarise(walls, digits=1),
+        "repeated_stage_p50_s": medians(stages),
         "runs": a.runs, "warmup": a.warmup, "image": a.image,
     }
     print(json.dumps(record, indent=2))

@@ -14,7 +14,6 @@ Writes one JSON record (stdout, and --out), with the server's backend and cache 
 import argparse
 import json
 import os
-import statistics
 import tempfile
 import time
 
@@ -23,6 +22,7 @@ import numpy as np
 import requests
 from monailabel.client import MONAILabelClient
 
+from rocm_zoo.bench.stats import medians, summarise
 from rocm_zoo.engine.masks import central_voxel
 
 VISTA_SPLEEN = 3
@@ -47,10 +47,9 @@ def series(client: MONAILabelClient, model: str, image: str, params: dict, runs:
         if i >= warmup:
             walls.append(wall)
             stages.append(lat)
-    out = {"p50_ms": round(statistics.median(walls), 1), "p90_ms": round(float(np.percentile(walls, 90)), 1),
-           "runs": runs, "warmup": warmup}
+    out = {**summarise(walls, unit="ms", digits=1), "runs": runs, "warmup": warmup}
     if stages and stages[0]:
-        out["stage_p50_s"] = {k: statistics.median(s[k] for s in stages) for k in stages[0]}
+        out["stage_p50_s"] = medians(stages)
     return out
 
 

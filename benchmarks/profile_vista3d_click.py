@@ -20,7 +20,6 @@ import contextlib
 import gzip
 import json
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,9 +30,10 @@ import torch
 from monai.apps.vista3d import inferer as monai_inferer
 
 from rocm_zoo.vista3d import predictor as vista_predictor
-
+from rocm_zoo.vista3d import reroutes
 from rocm_zoo.vista3d import window as vista_window
 from rocm_zoo.bench.network import versions
+from rocm_zoo.bench.stats import medians, summarise
 from rocm_zoo.engine.masks import central_voxel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,16 +74,16 @@ class ForwardTimer:
 @contextlib.contextmanager
 def monai_variant():
     """MONAI's own click path: its host-stitching window inferer and VISTA3D's cache emptying."""
-    install, kept = vista_window.install, vista_predictor.allocator_cache_kept
+    route, kept = vista_window.route_inferer, reroutes.allocator_cache_kept
 
-    def monai_install(inferer):
+    def monai_route(inferer):  # `install` runs before each click: this puts MONAI's inferer back each time
         type(inferer).__call__.__globals__["point_based_window_inferer"] = monai_inferer.point_based_window_inferer
 
-    vista_window.install, vista_predictor.allocator_cache_kept = monai_install, contextlib.nullcontext
+    vista_window.route_inferer, reroutes.allocator_cache_kept = monai_route, contextlib.nullcontext
     try:
         yield
     finally:
-        vista_window.install, vista_predictor.allocator_cache_kept = install, kept
+        vista_window.route_inferer, reroutes.allocator_cache_kept = route, kept
 
 
 @contextlib.contextmanager
@@ -118,9 +118,9 @@ def series(app, request: dict, runs: int, warmup: int) -> dict:
             walls.append(wall * 1000)
             forwards.append(sum(timer.seconds) * 1000)
             stages.append({k: v for k, v in lat.items() if isinstance(v, (int, float))})
-    return {"p50_ms": round(statistics.median(walls), 1), "p90_ms": round(float(np.percentile(walls, 90)), 1),
-            "forwards_p50_ms": round(statistics.median(forwards), 1),
-            "stage_p50_s": {k: round(statistics.median(s[k] for s in stages), 4) for k in stages[0]},
+    return {**summarise(walls, unit="ms", digits=1),
+            "forwards_p50_ms": summarise(forwards, (50,), unit="ms", digits=1)["p50_ms"],
+            "stage_p50_s": medians(stages, digits=4),
             "runs": runs, "warmup": warmup}
 
 

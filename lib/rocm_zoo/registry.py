@@ -4,11 +4,11 @@ overlay file (apps/rocm_zoo/overlays/<bundle>/inference_rocm.json); everything e
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
 from rocm_zoo.errors import BundleNotFound, ConfigError
+from rocm_zoo.names import did_you_mean
 
 # How a bundle runs its network, and so which task class serves it (the server package maps kind -> class):
 # "deepedit" (one forward on image + guidance channels), "vista3d" (prompt-aware window inferer),
@@ -148,8 +148,7 @@ def select_models(spec: str) -> tuple[str, ...]:
         return MODELS
     for n in names:
         if n not in MODELS:
-            near = difflib.get_close_matches(n, MODELS, n=1)
-            hint = f" Did you mean '{near[0]}'?" if near else ""
+            hint = did_you_mean(n, MODELS)
             raise ConfigError(f"Unknown model '{n}' in --conf models.{hint} Known models: all, {', '.join(MODELS)}")
     return tuple(dict.fromkeys(names))
 

@@ -81,8 +81,8 @@ def test_install_routes_only_gpu_tensors_without_cucim(monkeypatch):
     monkeypatch.setattr(vista_net, "lcc", vista_net.lcc)
     monkeypatch.setattr(vista_transforms, "keep_components_with_positive_points",
                         vista_transforms.keep_components_with_positive_points)
-    components.install()
-    components.install()  # idempotent: one wrapper, MONAI's function behind it
+    components.route_monai()
+    components.route_monai()  # idempotent: one wrapper, MONAI's function behind it
     assert vista_net.lcc.rocm_zoo and vista_transforms.keep_components_with_positive_points.rocm_zoo
     assert not components._on_gpu_without_cucim(torch.zeros(2))  # CPU tensors stay with MONAI's scikit-image path
     pos = torch.from_numpy(masks(0)["organ"])[None, None]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rocm_zoo.samples.bundles import vista3d
-from rocm_zoo.vista3d.predictor import EmbeddingCache, VistaPredictor
+from rocm_zoo.vista3d.predictor import EmbeddingCache, VistaPredictor, route_encoder
 
 
 class EagerNetwork:
@@ -46,6 +46,7 @@ def _count_encoder_runs(net: EagerNetwork) -> list:
 def test_cached_encoder_output_gives_the_same_logits_and_is_hit_on_the_same_window(with_class):
     net = _network()
     runs = _count_encoder_runs(net)
+    route_encoder(net)  # as rocm_zoo.vista3d.install does
     x = torch.rand(1, 1, 64, 64, 64, generator=torch.Generator().manual_seed(2))
     window = [(slice(None), slice(None), slice(10, 74), slice(0, 64), slice(5, 69))]
     prompts = dict(point_coords=torch.tensor([[[40.0, 30.0, 30.0]]]), point_labels=torch.tensor([[1]]),

@@ -10,7 +10,7 @@ import torch
 from monai.apps.vista3d import inferer as monai_inferer
 
 from rocm_zoo.vista3d import predictor as vista_predictor
-
+from rocm_zoo.vista3d import reroutes
 from rocm_zoo.vista3d import window as vista_window
 from rocm_zoo.engine.overlay import bundle_on_path, load_config
 from rocm_zoo.samples.bundles import vista3d, write_sample_bundle
@@ -71,8 +71,8 @@ def test_install_routes_the_bundle_inferer_module(tmp_path):
     assert type(inferer).__module__ not in sys.modules
     module = type(inferer).__call__.__globals__
     assert module["point_based_window_inferer"] is monai_inferer.point_based_window_inferer
-    vista_window.install(inferer)
-    vista_window.install(inferer)
+    vista_window.route_inferer(inferer)
+    vista_window.route_inferer(inferer)
     assert module["point_based_window_inferer"] is vista_window.point_based_window_inferer
     assert monai_inferer.point_based_window_inferer is not vista_window.point_based_window_inferer  # MONAI's own stays
 
@@ -96,10 +96,11 @@ def test_predictor_forwards_keep_the_allocator_cache(monkeypatch):
     net(x, **prompts)
     assert emptied, "VISTA3D's own forward empties the cache (else this test checks nothing)"
     emptied.clear()
+    reroutes.keep_allocator_cache(net)  # as rocm_zoo.vista3d.install does
     vista_predictor.VistaPredictor(net, class_bucket=8)(x, **prompts)
     assert not emptied
-    with vista_predictor.allocator_cache_kept():
-        with vista_predictor.allocator_cache_kept():
+    with reroutes.allocator_cache_kept():
+        with reroutes.allocator_cache_kept():
             torch.cuda.empty_cache()
         torch.cuda.empty_cache()
     assert not emptied

@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -27,7 +26,8 @@ import torch
 
 from rocm_zoo.samples import phantom
 from rocm_zoo.engine.backend import describe, detect_backend
-from rocm_zoo.bench.network import default_overlay, dice_per_label, percentile, versions
+from rocm_zoo.bench.network import default_overlay, dice_per_label, versions
+from rocm_zoo.bench.stats import medians, percentile, summarise
 from rocm_zoo.registry import BUNDLES, TASKS
 
 logger = logging.getLogger(__name__)
@@ -135,12 +135,11 @@ def run_batch_bench(bundle_dirs: list[Path], images: list[Path], out_dir: Path, 
                     label.unlink(missing_ok=True)
                 shape = list(nib.load(str(image)).shape)
                 row = {"bundle": bundle_dir.name, "path": path, "study": image.name, "study_shape": shape,
-                       "warm_s": warm_s, "p50_s": round(statistics.median(times), 3),
-                       "p90_s": round(percentile(times, 90), 3), "times_s": [round(t, 3) for t in times],
-                       "studies_per_min": round(60 / statistics.median(times), 2),
+                       "warm_s": warm_s, **summarise(times, unit="s", digits=3),
+                       "times_s": [round(t, 3) for t in times],
+                       "studies_per_min": round(60 / percentile(times, 50), 2),
                        "peak_gpu_memory_gb": max(peaks) if peaks[0] is not None else None,
-                       "stage_p50_s": {k: round(statistics.median(s.get(k, 0.0) for s in stages), 3)
-                                       for k in stages[0]}}
+                       "stage_p50_s": medians(stages, digits=3, missing=0.0)}
                 record["rows"].append(row)
                 logger.info("%s %s %s: p50 %.2f s", bundle_dir.name, path, image.name, row["p50_s"])
                 (out_dir / "batch.json").write_text(json.dumps(record, indent=2))  # partial results survive a time-out

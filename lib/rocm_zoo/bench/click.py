@@ -10,7 +10,6 @@ phantom, one click at the spleen's centre. Stage times are taken with a device s
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -20,7 +19,8 @@ from monai.apps.deepedit.transforms import AddGuidanceSignalDeepEditd
 from monai.transforms import SaveImaged
 
 from rocm_zoo.samples import phantom
-from rocm_zoo.bench.network import default_overlay, percentile, versions
+from rocm_zoo.bench.network import default_overlay, versions
+from rocm_zoo.bench.stats import summarise
 from rocm_zoo.engine.guidance import DeviceGuidanceSignald
 from rocm_zoo.engine.image_cache import fresh_copy, split_image_only
 from rocm_zoo.engine.masks import central_voxel, dice
@@ -102,8 +102,7 @@ def run_click_bench(bundle_dir: Path, overlay: Path | None, out_dir: Path, runs:
         masks[name] = mask == 1
         row = {"name": name, "network": net.info(), "image_transforms_once_ms": round(first_head_ms, 1)}
         for k in samples[0]:
-            vals = [s[k] for s in samples]
-            row[k] = {"p50": round(statistics.median(vals), 2), "p90": round(percentile(vals, 90), 2)}
+            row[k] = summarise((s[k] for s in samples), digits=2)
         row["dice_vs_truth"] = round(dice(masks[name], spleen), 4)
         record["paths"].append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "network"}), flush=True)

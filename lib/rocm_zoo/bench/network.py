@@ -14,15 +14,14 @@ import datetime
 import json
 import logging
 import platform
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
+from rocm_zoo.bench.stats import summarise
 from rocm_zoo.engine.backend import describe, detect_backend
 from rocm_zoo.engine.overlay import overlay_path
 from rocm_zoo.engine.pool import NetworkSpec, build_network, compiled_graphs
@@ -106,10 +105,6 @@ def dice_per_label(pred: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
     return out
 
 
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
-
-
 def versions(device: str) -> dict[str, Any]:
     v = {"torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform()}
     if device.startswith("cuda"):
@@ -136,8 +131,7 @@ def _row(variant: Variant, prepared: Prepared, net, device: str, runs: int, warm
     graphs = compiled_graphs()
     labels = w.to_labels(call())
     row = {"variant": variant.name, "workload": w.name, "input_shape": list(prepared.batch.shape), **net.info(),
-           "first_call_s": round(first, 2), "p50_ms": round(statistics.median(times), 3),
-           "p90_ms": round(percentile(times, 90), 3), "p99_ms": round(percentile(times, 99), 3),
+           "first_call_s": round(first, 2), **summarise(times, (50, 90, 99), unit="ms", digits=3),
            "times_ms": [round(t, 3) for t in times],
            "graphs_compiled_during_timing": compiled_graphs() - graphs,
            "dice_vs_baseline": dice_per_label(labels, labels if ref is None else ref),

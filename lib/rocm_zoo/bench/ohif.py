@@ -20,7 +20,6 @@ import logging
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import tempfile
 import time
@@ -36,6 +35,7 @@ from rocm_zoo.server import request_stages
 from rocm_zoo.samples.dicom_series import series_uids
 from rocm_zoo.samples.write import REPO_ROOT, write_bundles, write_dicom_studies
 from rocm_zoo.bench.server_process import free_port, monailabel_server
+from rocm_zoo.bench.stats import medians
 from rocm_zoo.registry import TASKS, ohif_actions
 
 logger = logging.getLogger(__name__)
@@ -121,16 +121,13 @@ def rest_infer(url: str, model: str, image: str, params: dict) -> dict:
 
 
 def _p50(rows: list[dict], key: str) -> float:
-    return round(statistics.median(r[key] for r in rows), 3)
+    return medians(rows, [key], digits=3)[key]
 
 
 def _stage_p50(stages: list[dict]) -> dict[str, float]:
-    out = {k: round(statistics.median(s[k] for s in stages), 3) for k in request_stages.STAGES + ("request",)}
-    for k in request_stages.TASK_LATENCIES:
-        vals = [s["task"][k] for s in stages if k in s.get("task", {})]
-        if vals:
-            out[f"task_{k}"] = round(statistics.median(vals), 3)
-    return out
+    out = medians(stages, request_stages.STAGES + ("request",), digits=3)
+    task = medians([s.get("task", {}) for s in stages], request_stages.TASK_LATENCIES, digits=3)
+    return {**out, **{f"task_{k}": v for k, v in task.items()}}
 
 
 def run_scenario(model: str, app_dir: Path, work: Path, dicomweb_url: str, spec: phantom.PhantomSpec,

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Iterable
+
+from rocm_zoo.engine.lru import ByteLRU
 
 
 def series_signature(sop_instance_uids: Iterable[str]) -> str:
@@ -31,11 +32,14 @@ class CachedSeries:
 
 class SeriesCache:
     def __init__(self, max_bytes: int, remove: Callable[[str], None]):
-        self.max_bytes = int(max_bytes)
         self._remove = remove
-        self._entries: OrderedDict[str, CachedSeries] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: ByteLRU[str, CachedSeries] = ByteLRU(max_bytes, lambda e: e.nbytes)
+        self._lock = threading.Lock()  # a look-up (find, compare, drop) and its counters as one step
         self.hits = self.misses = self.invalidations = self.evictions = 0
+
+    @property
+    def max_bytes(self) -> int:
+        return self._entries.max_bytes
 
     def lookup(self, series: str, signature: str) -> bool:
         """True when the series is converted for this signature (a hit); a stale entry is removed."""
@@ -43,13 +47,12 @@ class SeriesCache:
             entry = self._entries.get(series)
             if entry is not None and entry.signature == signature:
                 entry.last_used = time.monotonic()
-                self._entries.move_to_end(series)
                 self.hits += 1
                 return True
             self.misses += 1
             if entry is not None:
                 self.invalidations += 1
-                del self._entries[series]
+                self._entries.pop(series)
         if entry is not None:
             self._remove(series)
         return False
@@ -57,15 +60,8 @@ class SeriesCache:
     def add(self, series: str, signature: str, nbytes: int) -> list[str]:
         """Records a converted series; evicts the least recently used others beyond the budget. Returns the evicted."""
         with self._lock:
-            self._entries[series] = CachedSeries(signature, int(nbytes), time.monotonic())
-            self._entries.move_to_end(series)
-            evicted = []
-            while self.size_bytes() > self.max_bytes and len(self._entries) > 1:
-                oldest = next(iter(self._entries))
-                if oldest == series:
-                    break
-                del self._entries[oldest]
-                evicted.append(oldest)
+            evicted = [old for old, _ in self._entries.put(series, CachedSeries(signature, int(nbytes),
+                                                                                  time.monotonic()))]
             self.evictions += len(evicted)
         for old in evicted:
             self._remove(old)
@@ -73,12 +69,12 @@ class SeriesCache:
 
     def forget(self, series: str) -> None:
         with self._lock:
-            entry = self._entries.pop(series, None)
+            entry = self._entries.pop(series)
         if entry is not None:
             self._remove(series)
 
     def size_bytes(self) -> int:
-        return sum(e.nbytes for e in self._entries.values())
+        return self._entries.size_bytes()
 
     def __contains__(self, series: str) -> bool:
         return series in self._entries

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import os
 import threading
-from collections import OrderedDict
 from typing import Any, Callable
 
 import torch
@@ -24,6 +23,8 @@ from monai.transforms import (
     ScaleIntensityRanged,
     Spacingd,
 )
+
+from rocm_zoo.engine.lru import ByteLRU
 
 # Deterministic transforms that depend on the image alone: their output can be reused for every click on that image.
 IMAGE_ONLY_TRANSFORMS = (
@@ -72,35 +73,33 @@ def fresh_copy(entry: dict) -> dict:
 
 
 class ImageCache:
+    """Preprocessed images (dicts of tensors), least recently used first out beyond `max_bytes`; the newest is kept.
+    Every caller gets a fresh copy, so the cached entry is never changed."""
+
     def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple, dict] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: ByteLRU[tuple, dict] = ByteLRU(max_bytes, lambda e: sum(_nbytes(v) for v in e.values()))
+        self._count_lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
+    @property
+    def max_bytes(self) -> int:
+        return self._entries.max_bytes
+
     def get_or_make(self, key: tuple, make: Callable[[], dict]) -> dict:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
+        entry = self._entries.get(key)
+        if entry is not None:
+            with self._count_lock:
                 self.hits += 1
-                return fresh_copy(entry)
+            return fresh_copy(entry)
         entry = make()
-        with self._lock:
+        with self._count_lock:
             self.misses += 1
-            self._entries[key] = entry
-            self._entries.move_to_end(key)
-            self._evict()
+        self._entries.put(key, entry)
         return fresh_copy(entry)
 
-    def _evict(self) -> None:
-        while len(self._entries) > 1 and self.size_bytes() > self.max_bytes:
-            self._entries.popitem(last=False)
-
     def size_bytes(self) -> int:
-        return sum(_nbytes(v) for e in self._entries.values() for v in e.values())
+        return self._entries.size_bytes()
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._entries.clear()

@@ -8,7 +8,6 @@ module reads; its `network` and `evaluator#...` keys wire the same data into the
 
 from __future__ import annotations
 
-import difflib
 import logging
 import sys
 import threading
@@ -22,6 +21,7 @@ from monai.bundle import ConfigParser
 from torch import nn
 
 from rocm_zoo.errors import ConfigError
+from rocm_zoo.names import did_you_mean
 from rocm_zoo.engine.gemm_transpose import enable_gemm_transpose
 
 logger = logging.getLogger(__name__)
@@ -58,8 +58,7 @@ class OverlaySettings:
         known = [f.name for f in fields(cls)]
         for key in raw:
             if key not in known:
-                near = difflib.get_close_matches(key, known, n=1)
-                hint = f" Did you mean '{near[0]}'?" if near else ""
+                hint = did_you_mean(key, known)
                 raise ConfigError(f"Unknown key '{key}' in the '{SETTINGS_KEY}' overlay block.{hint} Known: {known}")
         raw = dict(raw)
         subs = raw.get("compile_submodules")

@@ -8,7 +8,6 @@ restarted, or was killed with `ray.kill`, is dropped and the batch goes on with 
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import logging
 import socket
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rocm_zoo.errors import ConfigError, RocmZooError
+from rocm_zoo.names import did_you_mean
 from rocm_zoo.scale.ray_worker import SegmentationWorker, WorkerSpec
 from rocm_zoo.registry import TASKS, batch_models, find_bundle
 
@@ -77,8 +77,7 @@ def worker_spec(model: str, model_dir: Path, overlays_dir: Path, extra_overlays:
 
     models = batch_models()
     if model not in models:
-        near = difflib.get_close_matches(model, models, n=1)
-        hint = f" Did you mean '{near[0]}'?" if near else ""
+        hint = did_you_mean(model, models)
         raise ConfigError(f"'{model}' is not a batch model.{hint} Batch models: {', '.join(models)}")
     entry = TASKS[model]
     find_bundle(entry.bundle, Path(model_dir))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, fields
 
 from rocm_zoo.errors import ConfigError
+from rocm_zoo.names import did_you_mean
 from rocm_zoo.registry import select_models
 
 # Keys MONAI Label itself reads from --conf; accepted and left to it.
@@ -41,8 +41,7 @@ class AppConfig:
         known = [f.name for f in fields(cls)]
         for key in conf:
             if key not in known and key not in MONAILABEL_KEYS:
-                near = difflib.get_close_matches(key, known, n=1)
-                hint = f" Did you mean '{near[0]}'?" if near else ""
+                hint = did_you_mean(key, known)
                 raise ConfigError(f"Unknown --conf key '{key}'.{hint} Known keys: {', '.join(known)}")
         return cls(
             models=select_models(conf.get("models", "all")),

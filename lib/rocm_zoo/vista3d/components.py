@@ -9,7 +9,8 @@ orders it as scikit-image's raster-order numbering does, and a 3x3x3 max filter 
 `connectivity=3` in 3-D) spreads the largest value over each region until nothing changes. The region values then
 order regions as scikit-image's labels do, which MONAI's "largest label near the click" rule needs.
 
-`install()` routes MONAI's two functions here for tensors on a GPU without cuCIM; anything else still goes to MONAI.
+`route_monai()` (run by `rocm_zoo.vista3d.install`) routes MONAI's two functions here for tensors on a GPU without
+cuCIM; anything else still goes to MONAI.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def _on_gpu_without_cucim(t) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type != "cpu" and not _has_cucim()
 
 
-def install() -> None:
+def route_monai() -> None:
     """Route MONAI's VISTA3D component steps here for GPU tensors without cuCIM (idempotent)."""
     import monai.apps.vista3d.transforms as vista_transforms
     import monai.networks.nets.vista3d as vista_net

@@ -10,25 +10,21 @@ Clicks run only the windows around them, and a clinician clicks again and again 
 output for a window depends on the image and the window alone, so it is kept per (image, window, encoder branches),
 bounded in bytes, and a later click that needs that window skips the encoder. VISTA3D's own reuse hook
 (`image_embeddings` with `keep_cache=True`) serves clicks without a class only; the encoder is therefore wrapped
-(`CachingEncoder`, installed once on the pooled module), which serves clicks with a class (OHIF's) as well. Whole-
-volume prompts are not cached: they touch every window once and would push the clicked windows out.
-
-VISTA3D's forward calls `torch.cuda.empty_cache()` on every call (MONAI's training-time habit): it hands the
-allocator's free blocks back to the driver, so the next window allocates them again from the driver, which
-synchronises the device. The predictor keeps the allocator's cache for the duration of its forwards.
+(`CachingEncoder`, put on the pooled module once by `rocm_zoo.vista3d.install`), which serves clicks with a class
+(OHIF's) as well. Whole-volume prompts are not cached: they touch every window once and would push the clicked windows
+out.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
-from collections import OrderedDict
-from typing import Any, Hashable, Iterator
+from typing import Any, Hashable
 
 import torch
 from torch import nn
 
+from rocm_zoo.engine.lru import ByteLRU
 from rocm_zoo.engine.pool import RUN_LOCK, WarmNetwork
 
 # A full-size VISTA3D point-branch embedding of one 128^3 window is 48 x 128^3 values: 201 MB in bf16, so this keeps
@@ -41,38 +37,35 @@ class EmbeddingCache:
     entry is always kept."""
 
     def __init__(self, max_bytes: int = EMBEDDING_CACHE_BYTES):
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[Hashable, torch.Tensor] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: ByteLRU[Hashable, Any] = ByteLRU(max_bytes, _nbytes)
+        self._count_lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
+    @property
+    def max_bytes(self) -> int:
+        return self._entries.max_bytes
+
     def get(self, key: Hashable) -> Any:
-        with self._lock:
-            value = self._entries.get(key)
+        value = self._entries.get(key)
+        with self._count_lock:
             if value is None:
                 self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return value
+            else:
+                self.hits += 1
+        return value
 
     def put(self, key: Hashable, value: Any) -> None:
-        with self._lock:
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            while len(self._entries) > 1 and self.size_bytes() > self.max_bytes:
-                self._entries.popitem(last=False)
+        self._entries.put(key, value)
 
     def size_bytes(self) -> int:
-        return sum(_nbytes(v) for v in self._entries.values())
+        return self._entries.size_bytes()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._entries.clear()
 
 
 def _nbytes(value: Any) -> int:
@@ -122,7 +115,7 @@ def embedding_cache(network: WarmNetwork) -> EmbeddingCache:
         return cache
 
 
-def caching_encoder(network: WarmNetwork) -> CachingEncoder:
+def route_encoder(network: WarmNetwork) -> CachingEncoder:
     """The pooled module's encoder, wrapped once (the compiled encoder stays inside, warm)."""
     module = network.eager
     cache = embedding_cache(network)
@@ -130,22 +123,6 @@ def caching_encoder(network: WarmNetwork) -> CachingEncoder:
         if not isinstance(module.image_encoder, CachingEncoder):
             module.image_encoder = CachingEncoder(module.image_encoder, cache)
         return module.image_encoder
-
-
-def _keep_cache() -> None:
-    pass
-
-
-@contextlib.contextmanager
-def allocator_cache_kept() -> Iterator[None]:
-    """`torch.cuda.empty_cache` does nothing inside. Swapped under the lock every network run holds, so nested or
-    concurrent runs restore it in order; a call from elsewhere meanwhile only skips a memory hint."""
-    with RUN_LOCK:
-        empty_cache, torch.cuda.empty_cache = torch.cuda.empty_cache, _keep_cache
-        try:
-            yield
-        finally:
-            torch.cuda.empty_cache = empty_cache
 
 
 class VistaPredictor:
@@ -165,13 +142,11 @@ class VistaPredictor:
                  point_coords: torch.Tensor | None = None, patch_coords=None, **kwargs: Any) -> torch.Tensor:
         if patch_coords is not None:  # the window inferer names it; the sliding window passes it second, by position
             kwargs["patch_coords"] = patch_coords
-        with allocator_cache_kept():
-            if class_vector is not None and point_coords is None and 1 < len(class_vector) < self.class_bucket:
-                return self._padded_classes(x, *args, class_vector=class_vector, **kwargs)
-            if point_coords is not None and patch_coords is not None and self.image_key:
-                return self._with_cached_encoder(x, *args, class_vector=class_vector, point_coords=point_coords,
-                                                 **kwargs)
-            return self.network(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
+        if class_vector is not None and point_coords is None and 1 < len(class_vector) < self.class_bucket:
+            return self._padded_classes(x, *args, class_vector=class_vector, **kwargs)
+        if point_coords is not None and patch_coords is not None and self.image_key:
+            return self._with_cached_encoder(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
+        return self.network(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
 
     def _padded_classes(self, x, *args, class_vector: torch.Tensor, **kwargs) -> torch.Tensor:
         n = len(class_vector)
@@ -182,7 +157,10 @@ class VistaPredictor:
 
     def _with_cached_encoder(self, x, *args, **kwargs) -> torch.Tensor:
         window = tuple((s.start, s.stop) for s in kwargs["patch_coords"][0][-3:])
-        encoder = caching_encoder(self.network)
+        encoder = self.network.eager.image_encoder
+        if not isinstance(encoder, CachingEncoder):
+            raise RuntimeError("VISTA3D's encoder is not routed to the embedding cache on this network: call "
+                               "rocm_zoo.vista3d.install(network, inferer) before the predictor runs")
         with RUN_LOCK:  # the key is state on the shared module: set it, run, clear it, as one step
             encoder.key = (self.image_key, window)
             try:

@@ -9,12 +9,12 @@ network cannot run is an `InvalidRequest` that says why and what to send instead
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from rocm_zoo.engine.clicks import is_number, voxel_point
 from rocm_zoo.errors import InvalidRequest
+from rocm_zoo.names import did_you_mean
 
 Point = tuple[float, float, float]
 
@@ -56,8 +56,7 @@ def from_slicer(request: Mapping[str, Any], labels: Mapping[str, int], shape: Se
                              "it must be one of the VISTA3D labels listed in /info")
     class_id = labels.get(name.lower())
     if class_id is None:
-        near = difflib.get_close_matches(name.lower(), list(labels), n=1)
-        hint = f" Did you mean '{near[0]}'?" if near else " Name the segment after a VISTA3D label, e.g. 'spleen'."
+        hint = did_you_mean(name.lower(), labels, " Name the segment after a VISTA3D label, e.g. 'spleen'.")
         raise InvalidRequest(f"Unknown label '{name}' for VISTA3D.{hint} The labels are listed in /info")
     foreground = _points(request.get("foreground"), "foreground", shape) or ()
     background = _points(request.get("background"), "background", shape) or ()

@@ -7,8 +7,8 @@ algorithm (same windows, same padding, the same sum of overlapping windows divid
 window ran, `prev_mask` where one is given) with the tensors on the input's device, and without MONAI's deep copy of
 the image.
 
-The bundle's inferer (`scripts/inferer.py`, unchanged) imports MONAI's function by name; `install(inferer)` points
-that name, in the inferer's own module, here.
+The bundle's inferer (`scripts/inferer.py`, unchanged) imports MONAI's function by name; `route_inferer(inferer)` (run
+by `rocm_zoo.vista3d.install`) points that name, in the inferer's own module, here.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def point_based_window_inferer(inputs: torch.Tensor, roi_size: Sequence[int], pr
     return MetaTensor(stitched, meta=(inputs if isinstance(inputs, MetaTensor) else MetaTensor(inputs)).meta)
 
 
-def install(inferer: Any) -> None:
+def route_inferer(inferer: Any) -> None:
     """Where the bundle's inferer calls MONAI's point window inferer by the name it imported, call this one."""
     # The inferer's module by its functions' globals: each task imports the bundle's `scripts` afresh and
     # `bundle_on_path` drops them from sys.modules, so the module may be in no registry.

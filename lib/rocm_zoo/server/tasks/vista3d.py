@@ -27,8 +27,7 @@ from monai.data import MetaTensor
 from monai.transforms import CropForegroundd
 from monai.utils import ensure_tuple_rep
 
-from rocm_zoo.vista3d import components
-from rocm_zoo.vista3d import window as vista_window
+from rocm_zoo import vista3d
 from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.engine.image_cache import IMAGE_ONLY_TRANSFORMS
 from rocm_zoo.engine.warm_volume import VISTA3D_GRID, WarmVolume
@@ -50,10 +49,6 @@ class Vista3dTask(OverlayBundleTask):
     cacheable_transforms = IMAGE_ONLY_TRANSFORMS + (CropForegroundd,)
     # Small (160 x 128 x 60 mm, 4 windows of the tiny sample's 64^3 patch): the warm-up needs the shapes, not volume.
     warm_grid = VISTA3D_GRID
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        components.install()  # the click-region steps on the device where MONAI would copy them to the host
 
     # -- labels and shapes -------------------------------------------------------------------------------------------
     @functools.cached_property
@@ -154,18 +149,16 @@ class Vista3dTask(OverlayBundleTask):
         data["point_labels"] = torch.tensor(prompt.point_labels, device=device)[None]
 
     # -- network ------------------------------------------------------------------------------------------------------
-    def inferer(self, data=None):
-        inferer = super().inferer(data)
-        vista_window.install(inferer)  # click windows stitched on the image's device
-        return inferer
-
     def run_inferer(self, data: Dict[str, Any], convert_to_batch=True, device="cuda"):
         image = data[self.input_key]
         network = self._get_network(device, data)
+        inferer = self.inferer(data)
+        # component steps and click windows on the device, the encoder cached, the allocator's cache kept
+        vista3d.install(network, inferer)
         predictor = VistaPredictor(network, class_bucket=len(self.labels), image_key=data.get("vista_image_key"))
         class_vector = None if data["vista_prompt"].points_only else data["label_prompt"]
-        logits = self.inferer(data)(image.as_tensor()[None], predictor, point_coords=data["points"],
-                                    point_labels=data["point_labels"], class_vector=class_vector)
+        logits = inferer(image.as_tensor()[None], predictor, point_coords=data["points"],
+                         point_labels=data["point_labels"], class_vector=class_vector)
         logits = torch.nan_to_num(torch.as_tensor(logits), nan=OUTSIDE_WINDOWS_LOGIT)[0].to(image.device)
         # The bundle's Invertd takes the transforms to undo from the image; the prediction must be a MetaTensor.
         data[self.output_label_key] = MetaTensor(logits, meta=dict(image.meta))
