@@ -33,6 +33,29 @@ SAMPLE_ARGS = ["sample", "--no-spleen10", "--bundle", "spleen_deepedit_annotatio
 MIN_DICE_ONE_CLICK = 0.8
 
 
+def test_the_checkout_app_main_is_the_package_one():
+    """One copy of main.py: the checkout's app folder links to the file `rocm-zoo serve` copies into a new one."""
+    from rocm_zoo.server.app_folder import MAIN
+
+    main = REPO / "apps" / "rocm_zoo" / "main.py"
+    assert main.is_symlink()
+    assert main.resolve() == Path(str(MAIN)).resolve()
+
+
+def test_default_paths_follow_the_current_folder(tmp_path, monkeypatch):
+    from rocm_zoo.samples.write import TRAINED_WEIGHTS, default_paths, installed
+
+    monkeypatch.chdir(tmp_path)
+    d = default_paths()
+    assert d.studies == tmp_path / "sample-data" / "studies"
+    assert d.truth == tmp_path / "sample-data" / "truth"
+    assert d.model_dir == tmp_path / "apps" / "rocm_zoo" / "model"
+    assert TRAINED_WEIGHTS.is_file()
+    # `--train` replaces the packaged weights in a checkout only, never inside an installed environment
+    assert not installed(TRAINED_WEIGHTS)
+    assert installed(Path(sysconfig.get_paths()["purelib"]) / "rocm_zoo" / "samples" / "weights" / "x.pt")
+
+
 def _files(folder: Path) -> set[Path]:
     return {p.relative_to(folder) for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 

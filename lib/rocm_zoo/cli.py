@@ -178,7 +178,8 @@ def _batch(args: argparse.Namespace) -> int:
 
 def _bench_arguments(s: argparse.ArgumentParser, bundle_help: str, out_help: str, repeatable: bool = False) -> None:
     s.add_argument("--bundle-dir", required=True, help=bundle_help, action="append" if repeatable else "store")
-    s.add_argument("--overlay", help="overlay file (default: the packaged one, rocm_zoo/engine/overlays/<bundle>/inference_rocm.json)")
+    s.add_argument("--overlay", help="overlay file (default: the packaged one, "
+                   "rocm_zoo/engine/overlays/<bundle>/inference_rocm.json)")
     s.add_argument("--out", default="bench-out", help=out_help)
     s.add_argument("--runs", type=int, default=20)
     s.add_argument("--warmup", type=int, default=5)
