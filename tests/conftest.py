@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +10,8 @@ import pytest
 
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.write import SamplePaths, write_bundles, write_studies
-from zoo_test_support import LPS_SPEC, REPO, monailabel_server
+from rocm_zoo.server.app_folder import make_app_folder
+from zoo_test_support import LPS_SPEC, monailabel_server
 
 SERVER_START_TIMEOUT_S = 900
 
@@ -36,7 +36,7 @@ class SampleEnv:
 def sample_env(tmp_path_factory) -> SampleEnv:
     root = tmp_path_factory.mktemp("rocm_zoo")
     app_dir = root / "app"
-    shutil.copytree(REPO / "apps" / "rocm_zoo", app_dir, ignore=shutil.ignore_patterns("model", "__pycache__"))
+    make_app_folder(app_dir)
     paths = SamplePaths(studies=root / "studies", truth=root / "truth", model_dir=app_dir / "model")
     specs = tuple(phantom.test_specs()) + (LPS_SPEC,)
     write_studies(paths, list(specs))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,28 +30,28 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from rocm_zoo.samples.write import REPO_ROOT, default_paths
+    from rocm_zoo.samples.write import APP_DIR, default_paths
+    from rocm_zoo.server.app_folder import make_app_folder
 
-    monailabel = shutil.which("monailabel", path=os.path.dirname(sys.executable)) or shutil.which("monailabel")
-    if not monailabel:
+    if importlib.util.find_spec("monailabel") is None:
         print("monailabel is not installed here: pip install 'rocm-zoo[server]'", file=sys.stderr)
         return 2
-    cmd = [monailabel, "start_server", "--app", str(REPO_ROOT / "apps" / "rocm_zoo"),
+    app = make_app_folder(Path(args.app or Path.cwd() / APP_DIR))
+    # This interpreter (the one that has rocm_zoo and monailabel) runs what the `monailabel` launcher would run.
+    cmd = [sys.executable, "-m", "monailabel.main", "start_server", "--app", str(app),
            "--studies", str(args.studies or default_paths().studies), "--host", args.host, "--port", str(args.port),
            "--conf", "models", args.models]
     for kv in args.conf or []:
         cmd += ["--conf", *kv]
     print(" ".join(cmd), flush=True)
-    # The launcher runs whatever `python` is first on PATH; this one is the interpreter that has monailabel.
-    os.execve(monailabel, cmd, dict(os.environ, MONAILABEL_PYEXE=sys.executable))
+    os.execve(sys.executable, cmd, dict(os.environ, MONAILABEL_PYEXE=sys.executable))
     return 0
 
 
 def _pacs(args: argparse.Namespace) -> int:
     from rocm_zoo.bench import pacs
-    from rocm_zoo.samples.write import REPO_ROOT
 
-    config = pacs.PacsConfig(folder=Path(args.folder or REPO_ROOT / ".pacs"), http_port=args.port)
+    config = pacs.PacsConfig(folder=Path(args.folder or Path.cwd() / ".pacs"), http_port=args.port)
     proc = pacs.start(config)
     server = None
     try:
@@ -173,9 +173,9 @@ def _bench_report(args: argparse.Namespace) -> int:
 def _batch(args: argparse.Namespace) -> int:
     from rocm_zoo.errors import RocmZooError
     from rocm_zoo.scale.ray_batch import progress_line, run_batch, summary
-    from rocm_zoo.samples.write import REPO_ROOT, default_paths
+    from rocm_zoo.engine.overlay import OVERLAYS_DIR
+    from rocm_zoo.samples.write import default_paths
 
-    app = REPO_ROOT / "apps" / "rocm_zoo"
     studies = Path(args.studies or default_paths().studies)
     report = Path(args.report) if args.report else studies / "batch-reports" / f"{args.model}-{args.tag}.json"
 
@@ -187,7 +187,7 @@ def _batch(args: argparse.Namespace) -> int:
         record = run_batch(model=args.model, studies=studies, selection=args.images, image_ids=args.image,
                            tag=args.tag, address=args.address, workers=args.workers, max_retries=args.max_retries,
                            restarts=args.worker_restarts, device=args.device,
-                           model_dir=Path(args.model_dir or app / "model"), overlays_dir=app / "overlays",
+                           model_dir=Path(args.model_dir or default_paths().model_dir), overlays_dir=OVERLAYS_DIR,
                            extra_overlays=tuple(map(Path, args.overlay or ())), report=report, on_outcome=show)
     except RocmZooError as e:
         print(f"rocm-zoo batch: {e}", file=sys.stderr)
@@ -199,7 +199,8 @@ def _batch(args: argparse.Namespace) -> int:
 
 def _bench_arguments(s: argparse.ArgumentParser, bundle_help: str, out_help: str, repeatable: bool = False) -> None:
     s.add_argument("--bundle-dir", required=True, help=bundle_help, action="append" if repeatable else "store")
-    s.add_argument("--overlay", help="overlay file (default apps/rocm_zoo/overlays/<bundle>/inference_rocm.json)")
+    s.add_argument("--overlay", help="overlay file (default: the packaged one, "
+                   "rocm_zoo/engine/overlays/<bundle>/inference_rocm.json)")
     s.add_argument("--out", default="bench-out", help=out_help)
     s.add_argument("--runs", type=int, default=20)
     s.add_argument("--warmup", type=int, default=5)
@@ -231,6 +232,8 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="start the MONAI Label server with the rocm_zoo app")
     s.add_argument("--studies", help="datastore folder (default sample-data/studies)")
+    s.add_argument("--app", help="MONAI Label app folder: logs and, in model/, the bundles (default apps/rocm_zoo; "
+                   "made, with its main.py, if missing)")
     s.add_argument("--models", default="all",
                    help=f"'all' or a comma list of models: {', '.join(registry.MODELS)} (default all)")
     s.add_argument("--host", default="127.0.0.1")

@@ -11,7 +11,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from zoo_test_support import REPO
+from rocm_zoo.engine.overlay import OVERLAYS_DIR
 from rocm_zoo.engine.masks import dice
 
 pytestmark = pytest.mark.slow
@@ -21,7 +21,7 @@ BUNDLE = "spleen_deepedit_annotation"
 def test_monai_bundle_run_with_the_overlay(sample_env, tmp_path):
     bundle = tmp_path / BUNDLE
     shutil.copytree(sample_env.paths.model_dir / BUNDLE, bundle)
-    shutil.copy(REPO / "apps" / "rocm_zoo" / "overlays" / BUNDLE / "inference_rocm.json", bundle / "configs")
+    shutil.copy(OVERLAYS_DIR / BUNDLE / "inference_rocm.json", bundle / "configs")
     (tmp_path / "data" / "imagesTs").mkdir(parents=True)
     shutil.copy(sample_env.image_path("phantom_test2"), tmp_path / "data" / "imagesTs")
     cmd = [sys.executable, "-m", "monai.bundle", "run",

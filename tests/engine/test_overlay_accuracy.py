@@ -11,12 +11,11 @@ import torch
 
 from rocm_zoo.samples import phantom
 from rocm_zoo.bench.network import dice_per_label
-from rocm_zoo.engine.overlay import overlay_path
+from rocm_zoo.engine.overlay import OVERLAYS_DIR, overlay_path
 from rocm_zoo.engine.pool import NetworkPool, NetworkSpec, compiled_graphs
 from rocm_zoo.registry import BUNDLES
 from rocm_zoo.bench.workloads import prepare, workloads_for
 
-from zoo_test_support import REPO
 
 pytestmark = pytest.mark.slow
 BUNDLE = "spleen_deepedit_annotation"
@@ -25,7 +24,7 @@ BUNDLE = "spleen_deepedit_annotation"
 def test_overlay_matches_fp32_eager_on_a_phantom(sample_env):
     bundle_dir = sample_env.paths.model_dir / BUNDLE
     entry = BUNDLES[BUNDLE]
-    overlay = overlay_path(REPO / "apps" / "rocm_zoo" / "overlays", BUNDLE)
+    overlay = overlay_path(OVERLAYS_DIR, BUNDLE)
     pool = NetworkPool()
     baseline = pool.get(NetworkSpec(bundle_dir, entry.config, entry.weights, (), "cpu"))
     fast = pool.get(NetworkSpec(bundle_dir, entry.config, entry.weights, (overlay,), "cpu"))

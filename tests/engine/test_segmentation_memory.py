@@ -8,14 +8,14 @@ import torch
 from monai.transforms import Compose
 
 from rocm_zoo.samples import phantom
-from rocm_zoo.engine.overlay import STITCH_DTYPES, bundle_on_path, load_config, load_weights, overlay_path, read_settings
+from rocm_zoo.engine.overlay import (OVERLAYS_DIR, STITCH_DTYPES, bundle_on_path, load_config, load_weights, overlay_path,
+                                     read_settings)
 from rocm_zoo.samples.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 from rocm_zoo.registry import BUNDLES
-from rocm_zoo.samples.write import REPO_ROOT
 from rocm_zoo.samples.bundles import write_sample_bundle
 from rocm_zoo.server.tasks.segmentation import without_softmax_before_argmax
 
-OVERLAYS = REPO_ROOT / "apps" / "rocm_zoo" / "overlays"
+OVERLAYS = OVERLAYS_DIR
 WHOLEBODY = "wholeBody_ct_segmentation"
 
 

@@ -34,12 +34,12 @@ import numpy as np
 import pytest
 import torch
 
-from zoo_test_support import REPO
 from rocm_zoo.samples import phantom
-from rocm_zoo.engine.overlay import MEMORY_FORMATS, load_config, load_weights, prepare_network, read_settings
+from rocm_zoo.engine.overlay import (MEMORY_FORMATS, OVERLAYS_DIR, load_config, load_weights, prepare_network,
+                                     read_settings)
 from rocm_zoo.samples.bundles import pancreas_dints, write_sample_bundle
 
-OVERLAY = REPO / "apps" / "rocm_zoo" / "overlays" / pancreas_dints.NAME / "inference_rocm.json"
+OVERLAY = OVERLAYS_DIR / pancreas_dints.NAME / "inference_rocm.json"
 CONFIG = pancreas_dints.CONFIG_FILE
 # Parameters of the full-size DiNTS built from the sample's architecture code (ARCH_SEED): a golden number, it moves
 # only if the decoded architecture or MONAI's DiNTS changes.

@@ -16,16 +16,16 @@ import nibabel as nib
 import numpy as np
 import pytest
 import torch
-from zoo_test_support import REPO, flatten_config
+from zoo_test_support import flatten_config
 from monai.networks.nets import SwinUNETR
 from rocm_zoo.samples import phantom
 from rocm_zoo.engine.compat import swin_unetr
-from rocm_zoo.engine.overlay import load_weights
+from rocm_zoo.engine.overlay import OVERLAYS_DIR, load_weights
 from rocm_zoo.samples.bundles import swin_unetr_btcv as sample
 from rocm_zoo.samples.bundles import write_sample_bundle
 from rocm_zoo.samples.bundles.common import SAMPLE_MARK
 
-OVERLAY = REPO / "apps" / "rocm_zoo" / "overlays" / sample.NAME / "inference_rocm.json"
+OVERLAY = OVERLAYS_DIR / sample.NAME / "inference_rocm.json"
 # Upstream resamples to 1.5 x 1.5 x 2.0 mm and the tiny network costs ~3-5 s per 64^3 window on two CPU cores, so the
 # test phantom is a 104 x 96 x 110 mm field of view around the body centre (69 x 64 x 55 voxels after resampling: two
 # windows) instead of a whole 400 mm abdomen (~190 windows). LPS storage and unequal axes catch any axis mix-up.

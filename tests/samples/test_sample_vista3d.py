@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from zoo_test_support import REPO
 from rocm_zoo.samples import phantom
 from rocm_zoo.engine.masks import central_voxel, dice
-from rocm_zoo.engine.overlay import bundle_on_path, load_config, read_settings, submodules_to_compile
+from rocm_zoo.engine.overlay import OVERLAYS_DIR, bundle_on_path, load_config, read_settings, submodules_to_compile
 from rocm_zoo.samples.bundles import vista3d, write_sample_bundle
 
-OVERLAY = REPO / "apps" / "rocm_zoo" / "overlays" / vista3d.NAME / "inference_rocm.json"
+OVERLAY = OVERLAYS_DIR / vista3d.NAME / "inference_rocm.json"
 VISTA_SPLEEN = 3  # VISTA3D's global class id for the spleen
 # A small LPS-stored phantom (240 x 192 x 80 mm, the spleen inside): resampled to 1.5 mm and cropped, about
 # 160 x 128 x 53 voxels, 12 windows of the tiny bundle's 64^3 patch, so a whole CPU run takes seconds after

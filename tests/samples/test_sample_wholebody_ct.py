@@ -15,14 +15,14 @@ import nibabel as nib
 import numpy as np
 import pytest
 import torch
-from zoo_test_support import REPO, flatten_config
+from zoo_test_support import flatten_config
 from rocm_zoo.samples import phantom
-from rocm_zoo.engine.overlay import load_weights
+from rocm_zoo.engine.overlay import OVERLAYS_DIR, load_weights
 from rocm_zoo.samples.bundles import wholebody_ct as sample
 from rocm_zoo.samples.bundles import write_sample_bundle
 from rocm_zoo.samples.bundles.common import SAMPLE_MARK
 
-OVERLAY = REPO / "apps" / "rocm_zoo" / "overlays" / sample.NAME / "inference_rocm.json"
+OVERLAY = OVERLAYS_DIR / sample.NAME / "inference_rocm.json"
 OVERLAID = ["configs/inference.json", "configs/inference_rocm.json"]
 ALONE = ["configs/inference.json"]
 # the fp32 baseline: the bundle config alone without its `amp: true` (fp16 autocast on CUDA; a no-op on a CPU)

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from zoo_test_support import REPO, free_port
+from rocm_zoo.engine.overlay import OVERLAYS_DIR
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'rocm-zoo[ray]')")
 
@@ -75,7 +76,7 @@ def test_workers_killed_mid_run_lose_no_study_and_labels_match_the_single_proces
     final_path = studies / "labels" / "final" / f"{FINAL}.nii.gz"
     final_bytes = final_path.read_bytes()
 
-    spec = worker_spec(MODEL, sample_env.paths.model_dir, sample_env.app_dir / "overlays", (eager_overlay,), "cpu")
+    spec = worker_spec(MODEL, sample_env.paths.model_dir, OVERLAYS_DIR, (eager_overlay,), "cpu")
     pool = WorkerPool(spec, WorkerPlan(workers=3, gpus_per_worker=0, cpus_per_worker=1), restarts=1)
     pool.start()
     killed = {}

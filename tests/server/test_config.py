@@ -10,11 +10,10 @@ import pytest
 from rocm_zoo import errors, registry
 from rocm_zoo.server.config import AppConfig
 from rocm_zoo.errors import ConfigError
-from rocm_zoo.engine.overlay import OverlaySettings
+from rocm_zoo.engine.overlay import OVERLAYS_DIR, OverlaySettings
 from rocm_zoo.registry import MODELS, select_models
 
-REPO = Path(__file__).resolve().parents[2]
-SPLEEN_OVERLAY = REPO / "apps/rocm_zoo/overlays/spleen_deepedit_annotation/inference_rocm.json"
+SPLEEN_OVERLAY = OVERLAYS_DIR / "spleen_deepedit_annotation/inference_rocm.json"
 
 
 # --- registry -------------------------------------------------------------------------------------------------------

@@ -23,17 +23,16 @@ import torch
 
 from rocm_zoo.bench.stats import summarise
 from rocm_zoo.engine.backend import describe, detect_backend
-from rocm_zoo.engine.overlay import overlay_path
+from rocm_zoo.engine.overlay import OVERLAYS_DIR, overlay_path
 from rocm_zoo.engine.pool import NetworkSpec, build_network, compiled_graphs
 from rocm_zoo.registry import BUNDLES
-from rocm_zoo.samples.write import REPO_ROOT
 from rocm_zoo.bench.workloads import Prepared, prepare, workloads_for
 
 logger = logging.getLogger(__name__)
 
 
 def default_overlay(bundle: str) -> Path:
-    return overlay_path(REPO_ROOT / "apps" / "rocm_zoo" / "overlays", bundle)
+    return overlay_path(OVERLAYS_DIR, bundle)
 
 
 def overlay_settings(overlay: Path) -> dict:

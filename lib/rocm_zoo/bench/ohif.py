@@ -32,8 +32,9 @@ from rocm_zoo.bench import ohif_driver as ohif
 from rocm_zoo.bench import pacs
 from rocm_zoo.samples import phantom
 from rocm_zoo.server import request_stages
+from rocm_zoo.server.app_folder import make_app_folder
 from rocm_zoo.samples.dicom_series import series_uids
-from rocm_zoo.samples.write import REPO_ROOT, write_bundles, write_dicom_studies
+from rocm_zoo.samples.write import write_bundles, write_dicom_studies
 from rocm_zoo.bench.server_process import free_port, monailabel_server
 from rocm_zoo.bench.stats import medians
 from rocm_zoo.registry import TASKS, ohif_actions
@@ -199,8 +200,7 @@ def run_ohif_bench(out_dir: Path, repeats: int = 5, models: tuple[str, ...] = DE
         work.mkdir(parents=True, exist_ok=True)
         app_dir = work / "app"
         if not app_dir.exists():
-            shutil.copytree(REPO_ROOT / "apps" / "rocm_zoo", app_dir,
-                            ignore=shutil.ignore_patterns("model", "logs", "__pycache__"))
+            make_app_folder(app_dir)
             write_bundles(app_dir / "model", "tiny")
         (series_dir,) = write_dicom_studies(work / "dicom", [spec])
         study, series = series_uids(phantom.make_phantom(spec))

@@ -1,13 +1,14 @@
 """Read a bundle's own config merged with its rocm_zoo overlay, and apply the overlay's settings to a network.
 
-The overlay (`apps/rocm_zoo/overlays/<bundle>/inference_rocm.json`) is plain MONAI config merged over the bundle's
-config with MONAI's rules (files in order, later keys win, `+key` appends). Its `rocm_overlay` block is the data this
-module reads; its `network` and `evaluator#...` keys wire the same data into the bundle's own
+The overlay (`rocm_zoo/engine/overlays/<bundle>/inference_rocm.json`, package data) is plain MONAI config merged over
+the bundle's config with MONAI's rules (files in order, later keys win, `+key` appends). Its `rocm_overlay` block is
+the data this module reads; its `network` and `evaluator#...` keys wire the same data into the bundle's own
 `python -m monai.bundle run` workflow, so one file serves both the server and the bundle CLI.
 """
 
 from __future__ import annotations
 
+import importlib.resources
 import logging
 import sys
 import threading
@@ -27,6 +28,8 @@ from rocm_zoo.engine.gemm_transpose import enable_gemm_transpose
 logger = logging.getLogger(__name__)
 
 OVERLAY_FILE = "inference_rocm.json"
+# The overlays ship inside the package (a wheel has no checkout to find them in); a plain folder on disk once installed.
+OVERLAYS_DIR = Path(str(importlib.resources.files("rocm_zoo.engine") / "overlays"))
 SETTINGS_KEY = "rocm_overlay"
 MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d}
 AMP_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -1,13 +1,17 @@
 """`rocm-zoo sample`: the sample datastore (synthetic CT phantoms) and the sample bundles.
 
 Studies go to the datastore folder; their truth masks go to a separate folder, so MONAI Label never mistakes them
-for annotations. The tiny DeepEdit weights are the committed, phantom-trained ones (sample-data/weights); `--train`
-makes them again.
+for annotations. Paths come from the caller; the defaults are relative to the current folder, laid out as a checkout
+is (sample-data/, apps/rocm_zoo/model). The tiny DeepEdit weights are the committed, phantom-trained ones, shipped as
+package data (rocm_zoo/samples/weights); `--train` makes them again.
 """
 
 from __future__ import annotations
 
+import importlib.resources
 import logging
+import site
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +23,10 @@ from rocm_zoo.samples.bundles.common import is_sample
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-TRAINED_WEIGHTS = REPO_ROOT / "sample-data" / "weights" / f"{deepedit.NAME}-tiny.pt"
+TRAINED_WEIGHTS = Path(str(importlib.resources.files("rocm_zoo.samples") / "weights" / f"{deepedit.NAME}-tiny.pt"))
+# The MONAI Label app folder, relative to the current folder (a checkout's apps/rocm_zoo; `rocm-zoo serve` makes it
+# elsewhere).
+APP_DIR = Path("apps") / "rocm_zoo"
 
 
 @dataclass(frozen=True)
@@ -31,11 +37,19 @@ class SamplePaths:
 
 
 def default_paths() -> SamplePaths:
+    here = Path.cwd()
     return SamplePaths(
-        studies=REPO_ROOT / "sample-data" / "studies",
-        truth=REPO_ROOT / "sample-data" / "truth",
-        model_dir=REPO_ROOT / "apps" / "rocm_zoo" / "model",
+        studies=here / "sample-data" / "studies",
+        truth=here / "sample-data" / "truth",
+        model_dir=here / APP_DIR / "model",
     )
+
+
+def installed(path: Path) -> bool:
+    """Whether `path` lies inside an installed environment (site-packages), not a source tree."""
+    path = Path(path).resolve()
+    roots = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages(), sys.prefix]}
+    return any(root == path or root in path.parents for root in roots)
 
 
 def write_studies(paths: SamplePaths, specs: list[phantom.PhantomSpec]) -> list[Path]:
@@ -76,7 +90,10 @@ def write_deepedit_bundle(model_dir: Path, size: str, train: bool = False, train
         # committed, so training again replaces them.
         deepedit.write_files(bundle, size)
         state = train_deepedit(bundle, steps=train_steps, device="auto")
-        if size == "tiny":
+        if size == "tiny" and installed(TRAINED_WEIGHTS):
+            # An installed package is not edited: the new weights are in the bundle only.
+            logger.info("trained weights written to the bundle only (the packaged ones are in %s)", TRAINED_WEIGHTS)
+        elif size == "tiny":
             TRAINED_WEIGHTS.parent.mkdir(parents=True, exist_ok=True)
             torch.save(state, TRAINED_WEIGHTS)
         return write_sample_bundle(model_dir, deepedit.NAME, size, {"models/model.pt": state})

@@ -13,7 +13,7 @@ from rocm_zoo.engine.backend import apply_env_defaults, describe, detect_backend
 from rocm_zoo.server.config import AppConfig
 from rocm_zoo.errors import BundleNotFound
 from rocm_zoo.engine.image_cache import ImageCache
-from rocm_zoo.engine.overlay import overlay_path
+from rocm_zoo.engine.overlay import OVERLAYS_DIR, overlay_path
 from rocm_zoo.engine.pool import NetworkPool
 from rocm_zoo.registry import BUNDLES, TaskEntry, find_bundle, tasks_of
 from rocm_zoo.server.tasks.bundle import OverlayBundleTask
@@ -51,7 +51,7 @@ class Zoo:
     def __init__(self, app_dir: Path, conf: dict[str, str]):
         self.config = AppConfig.from_conf(conf)
         self.model_dir = Path(app_dir) / "model"
-        self.overlays_dir = Path(app_dir) / "overlays"
+        self.overlays_dir = OVERLAYS_DIR
         use_persistent_compile_cache(self.model_dir / ".cache" / "inductor")
         self.backend = detect_backend(self.config.device)
         applied = apply_env_defaults(self.backend)

@@ -1,0 +1,101 @@
+"""rocm_zoo: MONAI Model Zoo bundles behind fast overlays, as a MONAI Label app.
+
+Start:  monailabel start_server --app apps/rocm_zoo --studies <dir> --conf models all   (from a checkout)
+        rocm-zoo serve --studies <dir>                                                (any folder; makes the app folder)
+MONAI Label loads `<app>/main.py`, which is `app_main.py` of this package (a symlink in a checkout, a copy made by
+`rocm-zoo serve` elsewhere): it only imports this class. This module only composes; the engine is the rest of
+`rocm_zoo`.
+"""
+
+import os
+import sys
+import time
+
+from monailabel.config import settings
+from monailabel.interfaces.app import MONAILabelApp
+
+from rocm_zoo import __version__
+from rocm_zoo.errors import ImageNotFound, ModelNotFound
+from rocm_zoo.server import batch_routes, http_errors, request_stages
+from rocm_zoo.server.batch import BatchRunner, InProcessEngine, save_study_label, select_images
+from rocm_zoo.server.datastore import CheckedLocalDatastore
+from rocm_zoo.server.zoo import Zoo
+
+
+class MyApp(MONAILabelApp):
+    def __init__(self, app_dir, studies, conf):
+        self.zoo = Zoo(app_dir, conf)
+        super().__init__(
+            app_dir=app_dir,
+            studies=studies,
+            conf=conf,
+            name="rocm_zoo",
+            description="MONAI Model Zoo bundles with bf16, channels-last and torch.compile overlays (ROCm, CUDA, CPU)",
+            version=__version__,
+        )
+
+    def init_infers(self):
+        return dict(self.zoo.tasks)
+
+    def init_datastore(self):
+        if self.studies.startswith(("http://", "https://")):
+            # A DICOMweb PACS; labels go back to it as DICOM SEG named after the model's labels.
+            from rocm_zoo.dicomweb import store as dicomweb_store
+
+            return dicomweb_store.from_url(self.studies, labels_of=self._labels_of,
+                                           cache_gb=self.zoo.config.dicom_cache_gb)
+        return CheckedLocalDatastore(
+            self.studies,
+            extensions=settings.MONAI_LABEL_DATASTORE_FILE_EXT,
+            auto_reload=settings.MONAI_LABEL_DATASTORE_AUTO_RELOAD,
+            read_only=settings.MONAI_LABEL_DATASTORE_READ_ONLY,
+        )
+
+    def on_init_complete(self):
+        # Runs once, in the server process, before it answers: batch/train subprocesses never compile.
+        if "monailabel.app" in sys.modules:
+            web = sys.modules["monailabel.app"].app
+            http_errors.install(web)
+            # Batch inference in this process, with the warm models (MONAI Label's would start a new process), or on
+            # Ray workers with `--conf batch_engine ray`.
+            self.batch_runner = BatchRunner(self._batch_engine(), lambda s: select_images(self.datastore(), s))
+            batch_routes.install(web, self.batch_runner, lambda: list(self._infers))
+        if self.zoo.config.warmup:
+            self.zoo.warm()
+        super().on_init_complete()
+
+    def _labels_of(self, model: str) -> dict:
+        labels = getattr(self._infers.get(model), "labels", None) or {}
+        return labels if isinstance(labels, dict) else {name: i for i, name in enumerate(labels, start=1)}
+
+    def _save_label(self, image_id, label_file, tag, model, params):
+        return save_study_label(self.datastore(), image_id, label_file, tag, model, params)
+
+    def _batch_engine(self):
+        conf = self.zoo.config
+        if conf.batch_engine == "ray":
+            from rocm_zoo.scale.ray_batch import server_engine
+
+            return server_engine(conf, self.zoo.model_dir, self.zoo.overlays_dir, self.datastore)
+        return InProcessEngine(self.infer, self._save_label)
+
+    def infer(self, request, datastore=None):
+        model = request.get("model")
+        if model not in self._infers:
+            known = ", ".join(self._infers)
+            why = self.zoo.missing.get(model, f"Known models: {known}")
+            raise ModelNotFound(f"There is no model '{model}'. {why}")
+        image = request.get("image")
+        store = datastore or self.datastore()
+        start = time.perf_counter()
+        with request_stages.recording() as stages:  # fetch series, convert, encode SEG, store: timed by the store
+            if isinstance(image, str) and image and not os.path.exists(image) and not store.get_image_uri(image):
+                raise ImageNotFound(f"Image '{image}' is not in the datastore")
+            result = super().infer(request, datastore)
+        request_stages.report(result, stages, time.perf_counter() - start, model, str(image))
+        return result
+
+    def info(self):
+        meta = super().info()
+        meta["rocm_zoo"] = self.zoo.info()
+        return meta
