@@ -7,7 +7,6 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -119,7 +118,7 @@ def test_warm_volumes_keep_the_grids_the_warm_up_always_used():
     assert (default < -900).mean() > 0.2 and (default > -200).mean() > 0.3  # a body in air (VISTA3D's lies inside it)
 
 
-# -- adding a bundle: one registry entry and one overlay file -----------------------------------------------------------
+# -- adding a bundle: one registry entry and one overlay file ----------------------------------------------------------
 def _new_entry() -> BundleEntry:
     return BundleEntry(NEW_BUNDLE, "configs/inference.json", "models/model.pt", "sliding_window",
                        (registry.WHOLE_VOLUME,), (TaskEntry(NEW_TASK, NEW_TASK, NEW_BUNDLE, "segmentation", False),))

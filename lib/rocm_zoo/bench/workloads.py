@@ -61,6 +61,8 @@ def _click(r: Request, p: phantom.Phantom, _parser: ConfigParser) -> dict:
 
 def _classes(r: Request, _p: phantom.Phantom, parser: ConfigParser) -> dict:
     first = _class_id(parser, r.organ)
+    if not r.extra_classes:
+        return {"label_prompt": [first]}
     others = [int(c) for c in parser.get_parsed_content("everything_labels") if int(c) != first]
     return {"label_prompt": [first, *others[:r.extra_classes]]}
 

@@ -29,7 +29,7 @@ class DeepEditTask(OverlayBundleTask):
         return [(1, int(channels), *map(int, spatial))]
 
     def encode(self, request: Request, volume: WarmVolume) -> Optional[Dict[str, Any]]:
-        # Slicer and OHIF send one key per label with its clicks (the automatic task is sent them too, and ignores them).
+        # Slicer and OHIF send one key per label with its clicks (the automatic task gets them too and ignores them).
         if request.kind == "click":
             return {request.organ: [volume.click], "background": []}
         return super().encode(request, volume)
