@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rocm_zoo.bench import ohif_driver as ohif
+from pacs_unavailable import unavailable
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -20,13 +21,16 @@ ARTIFACTS = REPO / "test-artifacts" / "ohif"
 
 @pytest.fixture(scope="module")
 def page(pacs_server):
-    pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra (scripts/setup-venv)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        unavailable("playwright is not installed (the test extra: scripts/setup-venv)")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
         with ohif.browser_page(pacs_server.url) as page:
             yield page
     except ohif.OhifUnavailable as e:
-        pytest.skip(str(e))
+        unavailable(str(e))
 
 
 def test_ohif_opens_the_study_segments_and_shows_the_masks(page, pacs_server, local_pacs):
