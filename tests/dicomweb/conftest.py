@@ -75,5 +75,5 @@ def pacs_server(local_pacs, sample_env):
     env = {"TORCHINDUCTOR_CACHE_DIR": str(sample_env.root / "inductor"),
            "MONAI_LABEL_DICOMWEB_CACHE_PATH": str(root / "dicom-cache")}
     with monailabel_server(sample_env.app_dir, local_pacs.config.dicomweb_url, PACS_MODELS, log_path, cwd=root,
-                           timeout_s=600, env=env) as url:
+                           timeout_s=900, env=env) as url:  # as tests/conftest.py: warm-up compiles on a busy CPU
         yield PacsServer(url, root / "dicom-cache", log_path)
