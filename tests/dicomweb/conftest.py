@@ -13,6 +13,7 @@ from rocm_zoo.samples import phantom
 from rocm_zoo.samples.dicom_series import series_uids
 from rocm_zoo.samples.write import write_dicom_studies
 from zoo_test_support import free_port, monailabel_server
+from pacs_unavailable import unavailable
 
 # Small enough for CPU tests; LPS-stored so geometry mistakes cannot cancel out.
 PACS_SPECS = (phantom.PhantomSpec("pacs_ras", (64, 60, 24), (5.0, 5.2, 6.0), seed=2_000_001),
@@ -37,7 +38,7 @@ def local_pacs(tmp_path_factory) -> LocalPacs:
     try:
         pacs.check_installed()
     except pacs.PacsError as e:
-        pytest.skip(f"no local PACS: {e}")
+        unavailable(f"no local PACS: {e}")
     root = tmp_path_factory.mktemp("pacs")
     config = pacs.PacsConfig(folder=root / "orthanc", http_port=free_port())
     dirs = write_dicom_studies(root / "dicom", list(PACS_SPECS))
@@ -74,5 +75,5 @@ def pacs_server(local_pacs, sample_env):
     env = {"TORCHINDUCTOR_CACHE_DIR": str(sample_env.root / "inductor"),
            "MONAI_LABEL_DICOMWEB_CACHE_PATH": str(root / "dicom-cache")}
     with monailabel_server(sample_env.app_dir, local_pacs.config.dicomweb_url, PACS_MODELS, log_path, cwd=root,
-                           timeout_s=600, env=env) as url:
+                           timeout_s=900, env=env) as url:  # as tests/conftest.py: warm-up compiles on a busy CPU
         yield PacsServer(url, root / "dicom-cache", log_path)

@@ -89,12 +89,15 @@ def select_auto_model(page, model: str) -> None:
     page.locator("select.selectBox").first.select_option(model)
 
 
-def place_point(page, label: str, spec: phantom.PhantomSpec, organ: str = "spleen") -> None:
-    """Point Prompts tab, the class `label`, and one click on `organ` in the axial viewport."""
+def place_point(page, label: str, spec: phantom.PhantomSpec, organ: str = "spleen") -> tuple[float, float]:
+    """Point Prompts tab, the class `label`, and one click on `organ` in the axial viewport; returns the click's page
+    coordinates."""
     page.get_by_text("Point Prompts", exact=True).click()
     page.locator("tr.clickable-row", has_text=label).first.click()
-    page.mouse.click(*organ_click(page, spec, organ))
+    click = organ_click(page, spec, organ)
+    page.mouse.click(*click)
     page.wait_for_timeout(300)
+    return click
 
 
 def axial_pixels(page) -> np.ndarray:
@@ -105,7 +108,63 @@ def axial_pixels(page) -> np.ndarray:
 
 
 def changed(before: np.ndarray, after: np.ndarray) -> int:
-    return int((np.abs(after - before).max(-1) > 30).sum())
+    return int(changed_mask(before, after).sum())
+
+
+def changed_mask(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """(row, column) of the viewport screenshot: True where a pixel changed visibly."""
+    return np.abs(after - before).max(-1) > 30
+
+
+def axial_origin(page) -> tuple[float, float]:
+    """Page coordinates of the top-left pixel of `axial_pixels`' screenshot."""
+    box = page.locator("[data-viewport-uid]").first.bounding_box()
+    return box["x"], box["y"]
+
+
+def clear_segmentation(page) -> None:
+    """Empties OHIF's labelmap (the one the MONAI Label panel writes results into) and redraws, so that the next
+    result is drawn on a viewport without the previous one."""
+    page.evaluate(
+        """() => { const vol = window.services.segmentationService.getLabelmapVolume('1');
+                   if (!vol) { return; }
+                   const data = vol.voxelManager.getCompleteScalarDataArray();
+                   vol.voxelManager.setCompleteScalarDataArray(new data.constructor(data.length));
+                   const events = window.cornerstoneTools.segmentation.triggerSegmentationEvents;
+                   if (events && events.triggerSegmentationDataModified) {
+                     events.triggerSegmentationDataModified('1');
+                   } else {
+                     window.cornerstone.triggerEvent(window.cornerstone.eventTarget,
+                       window.cornerstoneTools.Enums.Events.SEGMENTATION_DATA_MODIFIED, { segmentationId: '1' });
+                   } }""")
+    page.wait_for_timeout(500)
+
+
+def slice_points(page, volume: np.ndarray, affine_ras: np.ndarray) -> tuple[np.ndarray, float]:
+    """(page coordinates (n, 2) of the centres of `volume`'s nonzero voxels on the axial slice on screen, on-screen
+    size of one voxel in pixels), through the viewport's own world-to-canvas transform."""
+    affine = lps_affine(affine_ras)
+    focal = page.evaluate(
+        "() => window.cornerstone.getRenderingEngines()[0].getViewport('mpr-axial').getCamera().focalPoint")
+    axis = int(np.argmax(np.abs(affine[2, :3])))  # the volume's axis along the patient's feet-head axis
+    k = int(round((np.linalg.inv(affine) @ [*focal, 1])[axis]))
+    in_plane = [a for a in range(3) if a != axis]
+    index = np.zeros((3, 0), dtype=int)
+    if 0 <= k < volume.shape[axis]:
+        nonzero = np.nonzero(np.take(np.asarray(volume), k, axis=axis))
+        index = np.zeros((3, len(nonzero[0])), dtype=int)
+        index[in_plane[0]], index[in_plane[1]], index[axis] = nonzero[0], nonzero[1], k
+    corner = np.zeros((3, 3), dtype=int)  # a voxel and its two in-plane neighbours: the voxel's size on screen
+    corner[axis] = k
+    corner[in_plane[0], 1] = corner[in_plane[1], 2] = 1
+    world = (affine[:3, :3] @ np.concatenate([corner, index], 1) + affine[:3, 3:4]).T.tolist()
+    canvas = np.asarray(page.evaluate(
+        """ws => { const v = window.cornerstone.getRenderingEngines()[0].getViewport('mpr-axial');
+                   const r = v.element.getBoundingClientRect();
+                   return ws.map(w => { const c = v.worldToCanvas(w); return [r.x + c[0], r.y + c[1]]; }); }""",
+        world), dtype=float).reshape(-1, 2)
+    voxel_px = float(max(np.linalg.norm(canvas[1] - canvas[0]), np.linalg.norm(canvas[2] - canvas[0])))
+    return canvas[3:], voxel_px
 
 
 def run_and_wait(page, action: tuple[str, str]) -> float:
