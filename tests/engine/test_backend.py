@@ -244,3 +244,13 @@ def test_describe_names_backend_device_runtime_and_library(monkeypatch):
     text = describe(detect_backend("cuda"))
     assert "backend=cuda" in text and "cuda=12.8" in text and "conv=cuDNN 91900" in text
 
+
+
+def test_out_of_memory_is_recognised_from_every_allocator():
+    from rocm_zoo.engine.backend import is_out_of_memory
+
+    with pytest.raises(RuntimeError) as cpu:
+        torch.empty(2**50, dtype=torch.uint8)  # a petabyte: refused at once, nothing touched
+    assert is_out_of_memory(cpu.value)
+    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory")) and is_out_of_memory(MemoryError())
+    assert not is_out_of_memory(RuntimeError("Expected 5D input")) and not is_out_of_memory(ValueError("x"))

@@ -3,6 +3,7 @@ same input, through the same pool the server uses: the segmentation may only cha
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 
@@ -46,12 +47,33 @@ def test_pool_shares_one_network_per_key_and_reloads_new_weights(sample_env, tmp
     shutil.copytree(sample_env.paths.model_dir / BUNDLE, bundle_dir)
     entry = BUNDLES[BUNDLE]
     spec = NetworkSpec(bundle_dir, entry.config, entry.weights, (), "cpu")
+    x = prepare(bundle_dir, workloads_for(BUNDLE)[0], phantom.test_specs()[0]).batch
     pool = NetworkPool()
-    a = pool.get(spec)
-    assert pool.get(spec) is a
+    a = pool.get(spec, [tuple(x.shape)])
+    served_before = a(x)
+    # Unchanged weights: the same warm network, not warmed again.
+    assert pool.get(spec, [tuple(x.shape)]) is a and a.warmed_shapes == [tuple(x.shape)]
+
+    # Different weights (every parameter changed), written over the file as a retrained checkpoint would be.
     weights = bundle_dir / entry.weights
+    # Perturbed through a copy of the module: DynUNet reaches some modules under two names, and a tensor must get
+    # one change, not one per name.
+    by_hand = copy.deepcopy(a.eager)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in by_hand.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    new_state = {k: v.clone() for k, v in by_hand.state_dict().items()}
     st = weights.stat()
-    os.utime(weights, (st.st_atime, st.st_mtime + 10))
-    b = pool.get(spec)
-    assert b is not a
-    assert all(torch.equal(p, q) for p, q in zip(a.eager.state_dict().values(), b.eager.state_dict().values()))
+    torch.save(new_state, weights)
+    os.utime(weights, (st.st_atime, st.st_mtime + 10))  # a coarse-timestamp filesystem must still see a change
+    b = pool.get(spec, [tuple(x.shape)])
+    assert b is not a and b.warmed_shapes == [tuple(x.shape)]
+    assert all(torch.equal(new_state[k], v) for k, v in b.eager.state_dict().items())
+    assert pool.get(spec) is b  # and once reloaded, not again
+
+    # The served output is the new weights' output (the perturbed copy, run by hand), not the old one.
+    served_after = b(x)
+    with torch.no_grad():
+        assert torch.allclose(served_after, by_hand(x.float()), atol=1e-5)
+    assert not torch.allclose(served_after, served_before, atol=1e-3), "new weights served the old output"

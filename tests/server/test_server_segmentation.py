@@ -3,16 +3,18 @@ warm in the background while the server already answers, one compiled graph per 
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 
+import nibabel as nib
 import numpy as np
 import pytest
 import requests
 import SimpleITK as sitk
 from monailabel.client import MONAILabelClient
 
-from zoo_test_support import LPS_SPEC
+from zoo_test_support import LPS_SPEC, monailabel_server
 
 pytestmark = pytest.mark.slow
 
@@ -42,6 +44,15 @@ def wait_all_warm(server: str, timeout_s: float = 900) -> dict:
     pytest.fail(f"models still warming after {timeout_s} s: {warm}")
 
 
+def wait_listed(server: str, image_id: str, present: bool = True, timeout_s: float = 60) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if (image_id in requests.get(f"{server}/datastore/?output=all").json()["objects"]) == present:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"{image_id} {'not ' if present else ''}listed by the datastore after {timeout_s} s")
+
+
 def test_interactive_models_are_warm_when_the_server_answers(server):
     warm = requests.get(f"{server}/info/").json()["rocm_zoo"]["warm"]
     assert set(BATCH_MODELS) <= set(warm)
@@ -51,12 +62,51 @@ def test_interactive_models_are_warm_when_the_server_answers(server):
 
 
 @pytest.mark.parametrize("model", BATCH_MODELS)
-def test_batch_model_answers_while_it_may_still_be_warming(server, sample_env, model):
-    # Right after start-up the model may still warm in the background: the request waits for that warm-up (one
-    # build per network) and gets a label with the input image's geometry.
+def test_batch_model_answers_with_the_images_geometry(server, sample_env, model):
     mask, _ = segment(server, model, IMAGES[0])
     image = sitk.ReadImage(str(sample_env.image_path(IMAGES[0])))
     assert mask.GetSize() == image.GetSize()
+
+
+def test_a_request_for_a_model_still_warming_waits_for_that_warm_up(sample_env, tmp_path):
+    # A server of its own, with one batch model and a cold compile cache: it answers at once while the model warms in
+    # the background (the shared session server's models are warm by the time a test asks).
+    model = BATCH_MODELS[0]
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    shutil.copy(sample_env.image_path(IMAGES[0]), studies)
+    with monailabel_server(sample_env.app_dir, str(studies), model, tmp_path / "server.log", cwd=tmp_path,
+                           timeout_s=900, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}) as url:
+        state = requests.get(f"{url}/info/").json()["rocm_zoo"]["warm"][model]
+        assert state.split()[0] in {"pending", "warming"}, f"{model} was {state!r} when the request was sent"
+        mask, _ = segment(url, model, IMAGES[0])  # waits in the pool for the one build, then segments
+        image = sitk.ReadImage(str(sample_env.image_path(IMAGES[0])))
+        assert mask.GetSize() == image.GetSize()
+        assert np.allclose(mask.GetSpacing(), image.GetSpacing())
+        assert len(np.unique(sitk.GetArrayFromImage(mask))) >= 2
+        warm = wait_all_warm(url)
+        assert warm[model].startswith("warm"), warm
+        info = models_info(url)[model]
+        # one build, warmed once at its one window batch: the request did not build or warm a second copy
+        assert info["warm"] is True and len(info["warmed_shapes"]) == 1, info["warmed_shapes"]
+
+
+def test_a_volume_too_large_for_memory_is_a_507_and_the_server_goes_on(server, sample_env):
+    # 4^3 voxels of 5 m: resampled to the bundle's spacing it would be ~10^12 voxels, which no allocator grants (the
+    # request is refused at its first allocation, nothing is touched). Copied into the datastore folder as a study.
+    huge = sample_env.paths.studies / "huge_fov.nii.gz"
+    nib.save(nib.Nifti1Image(np.zeros((4, 4, 4), np.float32), np.diag([5000.0, 5000.0, 5000.0, 1.0])), str(huge))
+    try:
+        wait_listed(server, "huge_fov")
+        r = requests.post(f"{server}/infer/{BATCH_MODELS[0]}", params={"image": "huge_fov", "output": "json"},
+                          data={"params": "{}"}, timeout=600)
+        assert r.status_code == 507, r.text
+        assert "huge_fov.nii.gz" in r.json()["detail"] and "does not fit" in r.json()["detail"], r.json()
+    finally:
+        huge.unlink()
+        wait_listed(server, "huge_fov", present=False)
+    mask, _ = segment(server, BATCH_MODELS[0], IMAGES[0])  # still serving
+    assert mask.GetSize() == sitk.ReadImage(str(sample_env.image_path(IMAGES[0]))).GetSize()
 
 
 def test_no_model_recompiles_for_other_volume_sizes(server, sample_env):

@@ -45,6 +45,13 @@ class Backend:
         return torch.bfloat16 if self.bf16 else torch.float32
 
 
+def is_out_of_memory(error: BaseException) -> bool:
+    """Did an allocation fail? A GPU's allocator raises torch.OutOfMemoryError; the CPU's raises a plain RuntimeError
+    (DefaultCPUAllocator), and numpy a MemoryError, so a volume too large for host memory needs this test too."""
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(error, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(error))
+
+
 def normalise_device(device: str | torch.device | None) -> str:
     """"cuda", "cuda:0" and torch.device('cuda') are one device: one warm network, not two copies."""
     if device is None or str(device) in ("", "auto"):

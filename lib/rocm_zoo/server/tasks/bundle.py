@@ -27,7 +27,7 @@ from monailabel.interfaces.utils.transform import run_transforms
 from monailabel.tasks.infer.bundle import BundleInferTask
 from monailabel.transform.pre import LoadImageTensord
 
-from rocm_zoo.engine.backend import normalise_device
+from rocm_zoo.engine.backend import is_out_of_memory, normalise_device
 from rocm_zoo.errors import ConfigError, ImageNotFound, InvalidRequest, VolumeTooLarge
 from rocm_zoo.engine.image_cache import IMAGE_ONLY_TRANSFORMS, ImageCache, file_identity, split_image_only
 from rocm_zoo.engine.overlay import BUNDLE_IMPORT_LOCK, load_config
@@ -165,10 +165,10 @@ class OverlayBundleTask(BundleInferTask):
                 loaded[self.input_key] = loaded[self.input_key].to(self.device)
                 if on_device:
                     loaded = run_transforms(loaded, on_device, log_prefix="PRE", use_compose=False)
-            except torch.OutOfMemoryError as e:
-                raise VolumeTooLarge(f"Image '{os.path.basename(image)}' does not fit on {self.device} for "
-                                     f"{self.entry.name}'s preprocessing: {first_line(e)}") from e
             except Exception as e:  # e.g. a header whose geometry the resampling cannot use
+                if is_out_of_memory(e):
+                    raise VolumeTooLarge(f"Image '{os.path.basename(image)}' does not fit on {self.device} for "
+                                         f"{self.entry.name}'s preprocessing: {first_line(e)}") from e
                 raise InvalidRequest(f"Image '{os.path.basename(image)}' cannot be preprocessed for "
                                      f"{self.entry.name}: {first_line(e)}") from e
             loaded.pop("latencies", None)  # a cache hit reports only the transforms it ran

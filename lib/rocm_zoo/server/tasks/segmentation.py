@@ -23,6 +23,7 @@ import torch
 from monai.transforms import Activationsd, AsDiscreted
 from monai.utils import ensure_tuple_rep
 
+from rocm_zoo.engine.backend import is_out_of_memory
 from rocm_zoo.errors import ConfigError, VolumeTooLarge
 from rocm_zoo.engine.overlay import STITCH_DTYPES
 from rocm_zoo.server.tasks.bundle import OverlayBundleTask
@@ -85,7 +86,9 @@ class SegmentationTask(OverlayBundleTask):
         inferer = self.inferer(data)
         try:
             outputs = inferer(x, network)
-        except torch.OutOfMemoryError as e:
+        except Exception as e:
+            if not is_out_of_memory(e):
+                raise
             outputs = self._stitch_on_host(inferer, x, network, e)
         data[self.output_label_key] = outputs[0]
         return data
@@ -101,7 +104,9 @@ class SegmentationTask(OverlayBundleTask):
         inferer.sw_device, inferer.device = x.device, torch.device("cpu")
         try:
             return inferer(x, network)
-        except torch.OutOfMemoryError as e:
+        except Exception as e:  # the blended output lives in host memory now: the CPU's allocator may refuse too
+            if not is_out_of_memory(e):
+                raise
             torch.cuda.empty_cache()
             raise VolumeTooLarge(f"{self.entry.name}: a {shape} volume (after resampling) does not fit on {x.device} "
                                  f"even with host stitching; free GPU memory (other models, other processes) or "
