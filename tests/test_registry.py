@@ -14,9 +14,9 @@ from rocm_zoo import registry
 from rocm_zoo.errors import BundleNotFound, ConfigError
 from rocm_zoo.registry import BUNDLES, MODELS, TASKS, BundleEntry, Request, TaskEntry
 
-from zoo_test_support import REPO
+from rocm_zoo.engine.overlay import OVERLAYS_DIR
 
-OVERLAYS = REPO / "apps" / "rocm_zoo" / "overlays"
+OVERLAYS = OVERLAYS_DIR
 NEW_BUNDLE, NEW_TASK = "tiny_ct_segmentation", "tiny_ct"
 
 
@@ -136,9 +136,13 @@ def new_bundle(tmp_path, monkeypatch):
     wholebody_ct.write_files(bundle, "tiny")
     for rel, state in wholebody_ct.random_weights("tiny", 0).items():
         write_torch(bundle / rel, state)
+    # The one overlay file, beside the shipped ones (a copy of the package's overlay folder stands in for it).
+    shutil.copytree(OVERLAYS, app / "overlays")
     overlay = app / "overlays" / NEW_BUNDLE / "inference_rocm.json"
     overlay.parent.mkdir(parents=True)
     shutil.copy(OVERLAYS / wholebody_ct.NAME / "inference_rocm.json", overlay)
+    monkeypatch.setattr("rocm_zoo.server.zoo.OVERLAYS_DIR", app / "overlays")
+    monkeypatch.setattr("rocm_zoo.bench.network.OVERLAYS_DIR", app / "overlays")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # Zoo would set it for this process
     registry.register(_new_entry())
     try:
