@@ -11,7 +11,7 @@ python3 -m monailabel.main start_server --app apps/rocm_zoo --studies /tmp/zoo/s
   --conf models vista3d --host 127.0.0.1 --port 8000 > "$OUT/server-vista3d.log" 2>&1 &
 server=$!
 for i in $(seq 1 420); do
-  curl -sf 127.0.0.1:8000/info/ > /dev/null && break
+  curl -sf 127.0.0.1:8000/health/ready > /dev/null && break
   kill -0 $server 2> /dev/null || { echo "server exited:"; tail -5 "$OUT/server-vista3d.log"; exit 1; }
   sleep 1
 done

@@ -120,7 +120,7 @@ def test_wheel_samples_and_serves_a_click_from_an_empty_folder(wheel_venv, tmp_p
             if proc.poll() is not None:
                 pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text()[-5000:]}")
             try:
-                if requests.get(f"{url}/info/", timeout=5).status_code == 200:
+                if requests.get(f"{url}/health/ready", timeout=5).status_code == 200:
                     break
             except (requests.ConnectionError, requests.Timeout):
                 pass

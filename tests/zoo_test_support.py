@@ -31,10 +31,11 @@ def flatten_config(tree, prefix: str = "") -> dict:
 
 @contextmanager
 def monailabel_server(app_dir: Path, studies: str, models: str, log_path: Path, cwd: Path, timeout_s: float,
-                      env: dict[str, str], conf: dict[str, str] | None = None) -> Iterator[str]:
+                      env: dict[str, str], conf: dict[str, str] | None = None, ready: bool = True) -> Iterator[str]:
     """rocm_zoo.bench.server_process.monailabel_server; a server that does not come up fails the test with its log."""
     try:
-        with server_process.monailabel_server(app_dir, studies, models, log_path, cwd, timeout_s, env, conf) as url:
+        with server_process.monailabel_server(app_dir, studies, models, log_path, cwd, timeout_s, env, conf,
+                                                  ready) as url:
             yield url
     except server_process.ServerStartError as e:
         pytest.fail(str(e))

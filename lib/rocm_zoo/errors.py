@@ -53,3 +53,25 @@ class PacsUnavailable(RocmZooError):
     """The DICOMweb PACS did not answer (down, or refusing); the request can be retried once it is back."""
 
     status = 503
+
+
+class QueueFull(RocmZooError):
+    """The queue of this class of work is full; the client should try again after `retry_after_s`."""
+
+    status = 503
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class DeadlineExceeded(RocmZooError):
+    """The request did not finish within `--conf request_timeout_s`; its remaining work was dropped."""
+
+    status = 504
+
+
+class WorkCancelled(RocmZooError):
+    """The client went away; its work stopped at its next turn on the device. No client ever sees this answer."""
+
+    status = 499

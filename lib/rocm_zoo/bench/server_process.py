@@ -26,10 +26,11 @@ def free_port() -> int:
 
 @contextmanager
 def monailabel_server(app_dir: Path, studies: str, models: str, log_path: Path, cwd: Path, timeout_s: float,
-                      env: dict[str, str], conf: dict[str, str] | None = None) -> Iterator[str]:
+                      env: dict[str, str], conf: dict[str, str] | None = None, ready: bool = True) -> Iterator[str]:
     """`monailabel start_server --app APP --studies STUDIES --conf models MODELS` (and `--conf KEY VALUE` for each of
-    `conf`) on a free loopback port, with `env` added to the environment; yields its URL once `/info/` answers, stops
-    it afterwards."""
+    `conf`) on a free loopback port, with `env` added to the environment; yields its URL once `/health/ready` says its
+    interactive models are warm (`ready=False`: once it answers at all, models possibly still warming), stops it
+    afterwards."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "monailabel.main", "start_server", "--app", str(app_dir), "--studies", studies,
@@ -45,7 +46,7 @@ def monailabel_server(app_dir: Path, studies: str, models: str, log_path: Path, 
             if proc.poll() is not None:
                 raise ServerStartError(f"server exited with {proc.returncode}:\n{log_path.read_text()[-5000:]}")
             try:
-                if requests.get(f"{url}/info/", timeout=5).status_code == 200:
+                if requests.get(f"{url}{'/health/ready' if ready else '/health/live'}", timeout=5).status_code == 200:
                     break
             except (requests.ConnectionError, requests.Timeout):  # not listening yet, or busy warming its models
                 pass

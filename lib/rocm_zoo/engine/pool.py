@@ -22,6 +22,7 @@ from torch import nn
 from rocm_zoo.engine.backend import Backend, detect_backend, normalise_device
 from rocm_zoo.engine.overlay import AMP_DTYPES, MEMORY_FORMATS, OverlaySettings, bundle_on_path, load_config, load_weights
 from rocm_zoo.engine.overlay import compile_network, prepare_network, read_settings
+from rocm_zoo.engine.scheduler import device_turn
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +47,6 @@ class PoolKey:
     memory_format: str
     compile_mode: str  # "eager" when not compiled
     gemm_transpose: bool
-
-
-# One network runs or compiles at a time in this process. Running one compiled network in a thread while Dynamo
-# traces another in a background warm-up deadlocked (torch 2.14, seen in the server tests); the GPU serialises the
-# work anyway, so the cost is that a request waits while a background model compiles.
-RUN_LOCK = threading.RLock()
 
 
 def compiled_graphs() -> int:
@@ -92,10 +87,13 @@ class WarmNetwork:
         return AMP_DTYPES[self.key.dtype]
 
     def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """Run on a batch; returns float32 outputs on the device. MetaTensors go in as plain tensors so the compiled
-        graph sees one input type. A batch smaller than a warmed one of the same window (a sliding window's last
-        batch) is padded to it, so it runs the compiled graph instead of compiling another; extra arguments
-        (prompts) go to the network as they are."""
+        """Run on a batch, in the device scheduler's turn; returns float32 outputs on the device. MetaTensors go in as
+        plain tensors so the compiled graph sees one input type. A batch smaller than a warmed one of the same window
+        (a sliding window's last batch) is padded to it, so it runs the compiled graph instead of compiling another;
+        extra arguments (prompts) go to the network as they are."""
+        return self._run(x, args, kwargs, turn=True)
+
+    def _run(self, x: torch.Tensor, args: tuple, kwargs: dict, turn: bool) -> torch.Tensor:
         x = x.as_tensor() if hasattr(x, "as_tensor") else x
         x = x.to(self.backend.device, dtype=torch.float32)
         n = x.shape[0]
@@ -108,7 +106,7 @@ class WarmNetwork:
             if self.dtype != torch.float32
             else nullcontext()
         )
-        with RUN_LOCK, self._lock, torch.no_grad(), autocast:
+        with device_turn(self.backend.device) if turn else nullcontext(), self._lock, torch.no_grad(), autocast:
             y = self.runner(x, *args, **kwargs)
         return y[:n].float() if full > n else y.float()
 
@@ -132,8 +130,10 @@ class WarmNetwork:
         gen = torch.Generator().manual_seed(0)
         for shape in shapes:
             x = torch.rand(tuple(shape), generator=gen)
-            for _ in range(2):  # the first call compiles; the second still meets one-time set-up (algorithm search)
-                self(x)
+            # The first call compiles: host work, outside the device's turns, so clicks go on meanwhile. The second still
+            # meets one-time set-up (algorithm search) and runs as the scheduler's background work.
+            self._run(x, (), {}, turn=False)
+            self(x)
             self.warmed_shapes.append(tuple(shape))
         if self.backend.device.startswith("cuda"):
             torch.cuda.synchronize(self.backend.device)

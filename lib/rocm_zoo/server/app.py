@@ -16,10 +16,18 @@ from monailabel.interfaces.app import MONAILabelApp
 
 from rocm_zoo import __version__
 from rocm_zoo.errors import ImageNotFound, ModelNotFound
-from rocm_zoo.server import batch_routes, http_errors, request_stages
+from rocm_zoo.engine.scheduler import Priority
+from rocm_zoo.server import batch_routes, http_errors, request_stages, routes
 from rocm_zoo.server.batch import BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.server.datastore import CheckedLocalDatastore
+from rocm_zoo.server.request_queue import RequestService
 from rocm_zoo.server.zoo import Zoo
+
+
+# Requests of a class that run at once: their host parts (reading, encoding) overlap; their device parts take turns.
+# Automatic requests one at a time: each holds a whole preprocessed volume (and its output) in device memory.
+INTERACTIVE_AT_ONCE = 2
+AUTOMATIC_AT_ONCE = 1
 
 
 class MyApp(MONAILabelApp):
@@ -56,6 +64,12 @@ class MyApp(MONAILabelApp):
         if "monailabel.app" in sys.modules:
             web = sys.modules["monailabel.app"].app
             http_errors.install(web)
+            conf = self.zoo.config
+            self.request_service = RequestService(
+                conf.request_timeout_s,
+                running={Priority.INTERACTIVE: INTERACTIVE_AT_ONCE, Priority.AUTOMATIC: AUTOMATIC_AT_ONCE},
+                waiting={Priority.INTERACTIVE: conf.max_queued_clicks, Priority.AUTOMATIC: conf.max_queued_requests})
+            routes.install(web, self.request_service, self._task_type, self.zoo.readiness)
             # Batch inference in this process, with the warm models (MONAI Label's would start a new process), or on
             # Ray workers with `--conf batch_engine ray`.
             self.batch_runner = BatchRunner(self._batch_engine(), lambda s: select_images(self.datastore(), s))
@@ -63,6 +77,9 @@ class MyApp(MONAILabelApp):
         if self.zoo.config.warmup:
             self.zoo.warm()
         super().on_init_complete()
+
+    def _task_type(self, model: str) -> str | None:
+        return getattr(self._infers.get(model), "type", None)
 
     def _labels_of(self, model: str) -> dict:
         labels = getattr(self._infers.get(model), "labels", None) or {}
@@ -98,4 +115,6 @@ class MyApp(MONAILabelApp):
     def info(self):
         meta = super().info()
         meta["rocm_zoo"] = self.zoo.info()
+        if hasattr(self, "request_service"):
+            meta["rocm_zoo"]["requests"] = self.request_service.info()
         return meta

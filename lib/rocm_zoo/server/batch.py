@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from rocm_zoo.engine.scheduler import Priority, Work, working_as
 from rocm_zoo.errors import Busy, InvalidRequest
 from rocm_zoo.engine.volume_check import first_line
 
@@ -127,7 +128,8 @@ class InProcessEngine:
             start = time.perf_counter()
             request = {**params, "model": run.model, "image": image, "save_label": False}
             try:
-                result = self._infer(request)
+                with working_as(Work(Priority.BATCH, f"batch {run.id}", what=f"batch {run.id} ({run.model})")):
+                    result = self._infer(request)
                 self._save(image, result["file"], run.tag, run.model, result["params"])
                 run.outcomes.append(StudyOutcome(image, True, time.perf_counter() - start))
             except Exception as e:  # one bad study is reported, the batch goes on

@@ -35,6 +35,9 @@ class AppConfig:
     batch_engine: str = "inprocess"  # /batch/infer: "inprocess" (the server's warm models) or "ray" (Ray workers)
     ray_address: str = ""  # with batch_engine ray: a Ray cluster to join ("" starts a local one on 127.0.0.1)
     ray_workers: int = 0  # with batch_engine ray: workers (0: one per GPU of the cluster, or one on a CPU machine)
+    request_timeout_s: float = 600.0  # a request not answered by then gets 504 and its remaining work is dropped
+    max_queued_clicks: int = 32  # interactive requests waiting; one more gets 503 with Retry-After
+    max_queued_requests: int = 8  # automatic (single-study) requests waiting; one more gets 503 with Retry-After
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> AppConfig:
@@ -52,6 +55,9 @@ class AppConfig:
             batch_engine=_choice(conf, "batch_engine", BATCH_ENGINES, cls.batch_engine),
             ray_address=conf.get("ray_address", cls.ray_address),
             ray_workers=_count(conf, "ray_workers", cls.ray_workers),
+            request_timeout_s=_seconds(conf, "request_timeout_s", cls.request_timeout_s),
+            max_queued_clicks=_count(conf, "max_queued_clicks", cls.max_queued_clicks),
+            max_queued_requests=_count(conf, "max_queued_requests", cls.max_queued_requests),
         )
 
 
@@ -64,6 +70,13 @@ def _choice(conf: dict[str, str], key: str, choices: tuple[str, ...], default: s
 
 def _count(conf: dict[str, str], key: str, default: int) -> int:
     return _non_negative(conf, key, default, int, "a whole number")
+
+
+def _seconds(conf: dict[str, str], key: str, default: float) -> float:
+    value = _non_negative(conf, key, default, float, "a number of seconds")
+    if value == 0:
+        raise ConfigError(f"--conf {key} takes a number of seconds > 0, not '{conf[key]}'")
+    return value
 
 
 def _gigabytes(conf: dict[str, str], key: str, default: float) -> float:

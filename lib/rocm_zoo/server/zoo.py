@@ -82,26 +82,30 @@ class Zoo:
                                            self.backend.device)
 
     def warm(self, background: bool = True) -> None:
-        """Interactive models warm now, before the server answers: a clinician's first click must not wait for a
-        compiler. Batch models then warm in a background thread while the server already answers; a request for one
-        that is still warming waits for it in the pool (one build per network, never a second compile)."""
+        """Interactive models first, then the automatic ones. In the background (the server's way) the server answers
+        meanwhile: `/health/ready` says 503 until every interactive model is warm, and a request for a model still
+        warming waits for it in the pool (one build per network, never a second compile)."""
         interactive = [t for t in self.tasks.values() if t.entry.interactive]
         batch = [t for t in self.tasks.values() if not t.entry.interactive]
         for task in self.tasks.values():
             self.warm_state[task.entry.name] = "pending"
-        for task in interactive:
-            self._warm_one(task, reraise=True)
-        if not batch:
+        if not background:
+            for task in interactive + batch:
+                self._warm_one(task, reraise=task.entry.interactive)
             return
-        if background:
-            self._background = threading.Thread(target=self._warm_all, args=(batch,), name="rocm_zoo-warm", daemon=True)
-            self._background.start()
-        else:
-            self._warm_all(batch)
+        self._background = threading.Thread(target=self._warm_all, args=(interactive + batch,), name="rocm_zoo-warm",
+                                            daemon=True)
+        self._background.start()
 
     def _warm_all(self, tasks: list[OverlayBundleTask]) -> None:
         for task in tasks:
             self._warm_one(task, reraise=False)
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready when every interactive model is warm (all of them when warm-up is off: the operator chose)."""
+        interactive = [n for n, t in self.tasks.items() if t.entry.interactive]
+        waiting = [n for n in interactive if self.warm_state.get(n, "warm").split()[0] != "warm"]
+        return not waiting, {"not_ready": waiting, "models": dict(self.warm_state)}
 
     def _warm_one(self, task: OverlayBundleTask, reraise: bool) -> None:
         name = task.entry.name

@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 from rocm_zoo.engine.lru import ByteLRU
-from rocm_zoo.engine.pool import RUN_LOCK, WarmNetwork
+from rocm_zoo.engine.pool import WarmNetwork
+from rocm_zoo.engine.scheduler import device_turn
 
 # A full-size VISTA3D point-branch embedding of one 128^3 window is 48 x 128^3 values: 201 MB in bf16, so this keeps
 # the last ten windows (a session of ten clicks on one image); the tiny sample's are 4 MB.
@@ -161,7 +162,8 @@ class VistaPredictor:
         if not isinstance(encoder, CachingEncoder):
             raise RuntimeError("VISTA3D's encoder is not routed to the embedding cache on this network: call "
                                "rocm_zoo.vista3d.install(network, inferer) before the predictor runs")
-        with RUN_LOCK:  # the key is state on the shared module: set it, run, clear it, as one step
+        # The key is state on the shared module: set it, run, clear it, in one turn on the device.
+        with device_turn(self.network.backend.device):
             encoder.key = (self.image_key, window)
             try:
                 return self.network(x, *args, **kwargs)

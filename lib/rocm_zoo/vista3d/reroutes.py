@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import torch
 
-from rocm_zoo.engine.pool import RUN_LOCK, WarmNetwork
+from rocm_zoo.engine.pool import WarmNetwork
 from rocm_zoo.vista3d import components, predictor, window
 
 _NETWORK_LOCK = threading.Lock()  # two tasks (OHIF's and Slicer's) share one network and may route it at once
@@ -44,16 +44,28 @@ def _keep_cache() -> None:
     pass
 
 
+_kept_lock = threading.Lock()
+_kept_depth = 0  # runs inside `allocator_cache_kept` now, in every thread
+_empty_cache = None  # torch's own, while swapped out
+
+
 @contextlib.contextmanager
 def allocator_cache_kept() -> Iterator[None]:
-    """`torch.cuda.empty_cache` does nothing inside. Swapped under the lock every network run holds, so nested or
-    concurrent runs restore it in order; a call from elsewhere meanwhile only skips a memory hint."""
-    with RUN_LOCK:
-        empty_cache, torch.cuda.empty_cache = torch.cuda.empty_cache, _keep_cache
-        try:
-            yield
-        finally:
-            torch.cuda.empty_cache = empty_cache
+    """`torch.cuda.empty_cache` does nothing inside. Counted: the first run in swaps it out, the last one out puts it
+    back, so nested or concurrent runs (two devices) restore it once; a call from elsewhere meanwhile only skips a
+    memory hint."""
+    global _kept_depth, _empty_cache
+    with _kept_lock:
+        if _kept_depth == 0:
+            _empty_cache, torch.cuda.empty_cache = torch.cuda.empty_cache, _keep_cache
+        _kept_depth += 1
+    try:
+        yield
+    finally:
+        with _kept_lock:
+            _kept_depth -= 1
+            if _kept_depth == 0:
+                torch.cuda.empty_cache = _empty_cache
 
 
 def keep_allocator_cache(network: WarmNetwork) -> None:

@@ -1,0 +1,131 @@
+"""MONAI Label's HTTP API, served so that the event loop never computes; plus health endpoints for orchestrators.
+
+MONAI Label 0.8.5 declares its handlers `async def` and calls blocking work from them (`/infer` runs the whole
+inference on the event loop), so while one request computes nothing else is answered, not even `/info`. Here:
+- `/infer/{model}` is replaced by a handler with the same parameters that hands the work to `RequestService`: a
+  worker thread, the class's bounded queue, a deadline, dropped when the client hangs up;
+- every other MONAI Label handler that is a coroutine but only calls blocking code runs in a worker thread (FastAPI's
+  pool) instead, with its parameters, dependencies (auth) and OpenAPI entry unchanged;
+- `/health/live` and `/health/ready` (KServe v2 / Triton style) say whether the process is up and whether every
+  interactive model is warm.
+Clients (Slicer, OHIF, MONAILabelClient) see the same API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from typing import Any, Callable, Optional
+
+from fastapi import BackgroundTasks, Depends, FastAPI, File, Form, Request, UploadFile
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from monailabel.config import settings
+from monailabel.endpoints.infer import ResultType, run_inference
+from monailabel.endpoints.user.auth import RBAC, User
+
+from rocm_zoo.engine.scheduler import Priority
+from rocm_zoo.errors import InvalidRequest
+from rocm_zoo.server.request_queue import RequestService
+
+# Handlers that really await I/O (the DICOMweb proxy streams from the PACS): they stay on the event loop.
+TRULY_ASYNC_MODULES = ("monailabel.endpoints.proxy",)
+INTERACTIVE_TYPES = ("deepedit", "deepgrow", "vista3d")
+
+
+def install(web: FastAPI, service: RequestService, task_type: Callable[[str], Optional[str]],
+            readiness: Callable[[], tuple[bool, dict[str, Any]]]) -> None:
+    run_blocking_handlers_in_threads(web)
+    _put_first(web, lambda: _install_infer(web, service, task_type))
+    _put_first(web, lambda: _install_health(web, readiness))
+
+
+def _put_first(web: FastAPI, add: Callable[[], None]) -> None:
+    """Routes added by `add`, ahead of MONAI Label's (Starlette takes the first route that matches)."""
+    before = len(web.router.routes)
+    add()
+    ours = web.router.routes[before:]
+    del web.router.routes[before:]
+    web.router.routes[0:0] = ours
+
+
+def run_blocking_handlers_in_threads(web: FastAPI) -> None:
+    for i, route in enumerate(web.router.routes):
+        if not isinstance(route, APIRoute) or not inspect.iscoroutinefunction(route.endpoint):
+            continue
+        module = getattr(route.endpoint, "__module__", "")
+        if not module.startswith("monailabel.endpoints") or module in TRULY_ASYNC_MODULES:
+            continue
+        web.router.routes[i] = APIRoute(
+            route.path, _in_thread(route.endpoint), methods=route.methods, name=route.name, summary=route.summary,
+            description=route.description, tags=route.tags, dependencies=route.dependencies,
+            responses=route.responses, response_class=route.response_class, status_code=route.status_code,
+            include_in_schema=route.include_in_schema, deprecated=route.deprecated,
+            operation_id=route.operation_id, response_model=route.response_model,
+        )
+
+
+def _in_thread(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain function with `endpoint`'s signature, which FastAPI runs in its thread pool. (Not functools.wraps:
+    FastAPI follows `__wrapped__` and would await it again.)"""
+
+    def handler(**kwargs: Any) -> Any:
+        return asyncio.run(endpoint(**kwargs))
+
+    handler.__signature__ = inspect.signature(endpoint)
+    handler.__name__ = endpoint.__name__
+    handler.__doc__ = endpoint.__doc__
+    handler.__module__ = endpoint.__module__
+    return handler
+
+
+def request_priority(task_type: Optional[str]) -> Priority:
+    """Clicks (DeepEdit, VISTA3D, either viewer) before automatic requests."""
+    return Priority.INTERACTIVE if task_type in INTERACTIVE_TYPES else Priority.AUTOMATIC
+
+
+def client_of(request: Request, params: dict, session_id: str) -> str:
+    """Whose request this is, for round robin: Slicer sends `client_id`; else the session; else the client's address."""
+    client = params.get("client_id") or session_id
+    if client:
+        return str(client)
+    return request.client.host if request.client else "unknown"
+
+
+def _install_infer(web: FastAPI, service: RequestService, task_type: Callable[[str], Optional[str]]) -> None:
+    @web.post("/infer/{model}", tags=["Infer"], summary="Run inference (queued by class, round robin between clients)")
+    async def api_run_inference(
+        request: Request,
+        background_tasks: BackgroundTasks,
+        model: str,
+        image: str = "",
+        session_id: str = "",
+        params: str = Form("{}"),
+        file: UploadFile = File(None),
+        label: UploadFile = File(None),
+        output: Optional[ResultType] = None,
+        user: User = Depends(RBAC(settings.MONAI_LABEL_AUTH_ROLE_USER)),
+    ):
+        parsed = json.loads(params) if params else {}
+        if not isinstance(parsed, dict):
+            raise InvalidRequest(f"'params' must be a JSON object, not {type(parsed).__name__}")
+        work = service.work(request_priority(task_type(model)), client_of(request, parsed, session_id), model)
+
+        def remove_files() -> None:  # what the response would have cleaned up after itself
+            for task in background_tasks.tasks:
+                task.func(*task.args, **task.kwargs)
+
+        return await service.run(request, work, run_inference, background_tasks, model, image, session_id, params,
+                                 file, label, output, on_abandon=remove_files)
+
+
+def _install_health(web: FastAPI, readiness: Callable[[], tuple[bool, dict[str, Any]]]) -> None:
+    @web.get("/health/live", tags=["Health"], summary="The process is up and answering")
+    async def live() -> dict[str, str]:
+        return {"status": "live"}
+
+    @web.get("/health/ready", tags=["Health"], summary="200 once every interactive model is warm, 503 before")
+    async def ready() -> JSONResponse:
+        ok, detail = readiness()
+        return JSONResponse(status_code=200 if ok else 503, content={"status": "ready" if ok else "warming", **detail})
