@@ -22,7 +22,7 @@ from torch import nn
 from rocm_zoo.engine.backend import Backend, detect_backend, normalise_device
 from rocm_zoo.engine.overlay import AMP_DTYPES, MEMORY_FORMATS, OverlaySettings, bundle_on_path, load_config, load_weights
 from rocm_zoo.engine.overlay import compile_network, prepare_network, read_settings
-from rocm_zoo.engine.scheduler import device_turn
+from rocm_zoo.engine.scheduler import current_work, device_turn
 
 logger = logging.getLogger(__name__)
 
@@ -209,7 +209,9 @@ class NetworkPool:
         spec = self._normalised(spec)
         with self._guard:
             lock = self._locks.setdefault(spec, threading.Lock())
-        with lock:  # held while building: a concurrent caller waits here instead of compiling a second copy
+        while not lock.acquire(timeout=0.1):  # held while building: a concurrent caller waits instead of compiling
+            current_work().check()  # a second copy; a request that is given up meanwhile stops waiting
+        try:
             net = self._nets.get(spec)
             weights = Path(spec.bundle_dir) / spec.weights
             if net is not None and weights.stat().st_mtime != net.weights_mtime:
@@ -223,6 +225,8 @@ class NetworkPool:
                 seconds = net.warm(missing)
                 logger.info("%s warm in %.1f s at %s", net.key, seconds, missing)
             return net
+        finally:
+            lock.release()
 
     def networks(self) -> list[WarmNetwork]:
         return list(self._nets.values())

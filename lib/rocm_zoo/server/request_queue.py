@@ -50,8 +50,9 @@ class RequestService:
         limit = queue.max_waiting.get(work.priority)
         if limit is not None and queue.waiting(work.priority) >= limit:  # the authoritative check is in acquire
             self.dropped["queue_full"] += 1
-            raise QueueFull(f"{work.what}: {limit} {work.priority.name.lower()} requests are already waiting",
-                            retry_after_s=queue.retry_after_s(work.priority))
+            retry = queue.retry_after_s(work.priority)
+            raise QueueFull(f"{work.what}: the queue of {work.priority.name.lower()} requests is full ({limit} "
+                            f"waiting); try again in {retry} s", retry_after_s=retry)
         context = contextvars.copy_context()
         future = asyncio.get_running_loop().run_in_executor(self._executor, context.run, self._call, queue, work, fn,
                                                             args)
@@ -60,7 +61,7 @@ class RequestService:
         except BaseException:
             if not future.done():
                 work.cancelled.set()
-                future.add_done_callback(lambda _: on_abandon())
+                future.add_done_callback(lambda f: _ended_unheard(f, on_abandon))
             raise
 
     @staticmethod
@@ -93,6 +94,14 @@ class RequestService:
             "dropped": dict(self.dropped),
             "devices": devices_info(),
         }
+
+
+def _ended_unheard(future: asyncio.Future, on_abandon: Callable[[], None]) -> None:
+    """Work whose answer nobody waits for any more: its outcome (usually WorkCancelled) is read so asyncio does not
+    report it as never retrieved, and what it left behind is cleaned up."""
+    if not future.cancelled() and future.exception() is not None:
+        logger.debug("abandoned work ended with %r", future.exception())
+    on_abandon()
 
 
 class ClientGone(Exception):
