@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+import requests
 
 from rocm_zoo.samples import phantom
 
@@ -39,3 +41,15 @@ def monailabel_server(app_dir: Path, studies: str, models: str, log_path: Path, 
             yield url
     except server_process.ServerStartError as e:
         pytest.fail(str(e))
+
+
+def wait_all_warm(server: str, timeout_s: float = 900) -> dict:
+    """Every model warm (or failed), automatic ones included: the compiled-graph count is the process's, so a test
+    that counts graphs must not start while a background warm-up still compiles."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        warm = requests.get(f"{server}/health/ready", timeout=10).json()["models"]
+        if all(state.split()[0] in ("warm", "failed:") for state in warm.values()):
+            return warm
+        time.sleep(2)
+    pytest.fail(f"models still warming after {timeout_s} s: {warm}")

@@ -20,7 +20,7 @@ import pytest
 import requests
 import SimpleITK as sitk
 
-from zoo_test_support import LPS_SPEC
+from zoo_test_support import LPS_SPEC, wait_all_warm
 from rocm_zoo.samples import phantom
 from rocm_zoo.engine.masks import central_voxel
 
@@ -190,6 +190,7 @@ def test_bad_prompts_get_a_clear_4xx_and_the_server_keeps_serving(server, model,
 
 
 def test_repeated_clicks_hit_the_image_cache_and_never_recompile(server, sample_env, small_study):
+    wait_all_warm(server)  # the graph count is the process's: background warm-ups must be done
     graphs_before = model_info(server)["compiled_graphs"]
     hits_before = model_info(server)["image_cache"]["hits"]
     requests_made = 0
