@@ -3,6 +3,8 @@ logits; and its embedding cache stays within its byte bound."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -12,6 +14,8 @@ from rocm_zoo.vista3d.predictor import EmbeddingCache, VistaPredictor, route_enc
 
 class EagerNetwork:
     """Stands in for the pool's WarmNetwork: the module as `eager`, called with the prompts."""
+
+    backend = SimpleNamespace(device="cpu")  # where the predictor takes its device turn
 
     def __init__(self, module: torch.nn.Module):
         self.eager = module
