@@ -4,16 +4,18 @@ server (slow)."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from rocm_zoo.bench import load_report, load_stats
-from rocm_zoo.bench.load import organ_clicks
+from rocm_zoo.bench.load import organ_clicks, run_phase
 from rocm_zoo.bench.load_plan import LoadBenchError, Mix, Phase, Study, Targets, check_loopback, phases
 from rocm_zoo.bench.server_resources import growth
 from rocm_zoo.engine.masks import central_voxel
@@ -204,3 +206,62 @@ def test_bench_load_against_the_server(server, sample_env, tmp_path):
     assert rss and rss["samples"] >= 10 and rss["start"] > 100, record["resources"].get("note")
     assert "| deepedit click | DeepEditClinician |" in (out / "load.md").read_text()
     assert (out / "load.png").read_bytes()[:4] == b"\x89PNG"
+
+
+class _Stub(http.server.BaseHTTPRequestHandler):
+    """Answers as the server would, instantly: 404 for an unknown model and the health routes, 422 for a click
+    outside the image (the stub's studies are 10^3), 200 otherwise; remembers each request."""
+
+    seen: list = []
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length).decode(errors="replace") if length else ""
+        _Stub.seen.append((self.command, self.path, body))
+        status = 200
+        if "/no_such_model" in self.path or self.path.startswith("/health"):
+            status = 404
+        elif "[20, 20, 20]" in body:
+            status = 422
+        self.send_response(status)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_GET = do_POST = do_DELETE = _answer
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_locust_phase_in_its_own_process_against_a_stub_server(tmp_path):
+    """The Locust child: every class sends what it should, clinicians think between clicks, requests are written with
+    what the parent needs, and the phase stops by itself."""
+    stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
+    threading.Thread(target=stub.serve_forever, daemon=True).start()
+    try:
+        targets = Targets(url=f"http://127.0.0.1:{stub.server_port}", automatic_images=("s0",), think_time_s=0.5,
+                          studies=(Study("s0", ((1, 2, 3), (2, 2, 3)), (10, 10, 10)),), request_timeout_s=5)
+        phase = Phase("mixed", Mix(deepedit=1, vista3d=1, automatic=1, bad=1, monitor=1, batch="wholeBody_ct"), 3.0,
+                      targets).check()
+        samples, start = run_phase(phase, tmp_path, sampler=None)
+    finally:
+        stub.shutdown()
+    summary = load_stats.summarise_phase(samples, start, phase.duration_s)
+    series = summary["series"]
+    assert summary["error"] == 0, {k: v.get("problems") for k, v in series.items()}
+    assert series["deepedit click"]["ok"] >= 3 and series["vista3d click"]["ok"] >= 3
+    assert series["deepedit click"]["requests"] <= 3 / 0.5 + 1  # think time between clicks
+    assert series["automatic wholeBody_ct"]["ok"] > 20  # back to back, no think time
+    assert series["bad: unknown model"]["intended_4xx"] + series["bad: click outside"]["intended_4xx"] >= 3
+    assert series["GET /health/live"]["not_available"] >= 2 and series["GET /info/"]["ok"] >= 2
+    assert series["batch start"]["ok"] == 1 and series["batch stop"]["ok"] == 1
+    assert all(s["phase"] == "mixed" and start <= s["t"] < start + phase.duration_s + 1 for s in samples)
+    assert max(s["t"] for s in samples) > start + phase.duration_s - 1, "the phase ran for its duration"
+    posts = {p.split("?")[0]: b for m, p, b in _Stub.seen if m == "POST"}
+    deepedit = json.loads(posts["/infer/spleen_deepedit"].split("\r\n\r\n", 1)[1].split("\r\n--", 1)[0])
+    assert deepedit["spleen"][0] == [1, 2, 3] and deepedit["label"] == "spleen" and deepedit["result_extension"] == ".nrrd"
+    vista = json.loads(posts["/infer/vista3d"].split("\r\n\r\n", 1)[1].split("\r\n--", 1)[0])
+    assert vista["points"][0] == [1, 2, 3] and vista["label_prompt"] == [3] and set(vista["point_labels"]) == {1}
+    assert any(p.startswith("/infer/vista3d?") and "output=image" in p for _, p, _ in _Stub.seen)
+    assert ("POST", "/batch/infer/wholeBody_ct?images=all") in {(m, p) for m, p, _ in _Stub.seen}

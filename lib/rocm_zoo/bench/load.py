@@ -21,7 +21,6 @@ import os
 import platform
 import subprocess
 import sys
-import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Iterator
@@ -114,7 +113,6 @@ def run_phase(phase: Phase, out_dir: Path, sampler: ResourceSampler | None) -> t
     samples_path = out_dir / f"samples-{slug}.jsonl"
     if sampler:
         sampler.phase = phase.name
-    start = time.time()
     with open(out_dir / f"locust-{slug}.log", "w") as log:
         child = subprocess.Popen([sys.executable, "-m", "rocm_zoo.bench.load_locust", str(plan), str(samples_path)],
                                  stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -128,8 +126,10 @@ def run_phase(phase: Phase, out_dir: Path, sampler: ResourceSampler | None) -> t
         tail = (out_dir / f"locust-{slug}.log").read_text()[-3000:]
         raise LoadBenchError(f"phase '{phase.name}': the Locust process exited with {rc}:\n{tail}")
     samples = [{**s, "phase": phase.name} for s in load_stats.read_samples(samples_path)]
-    samples_path.unlink()
-    plan.unlink()
+    meta = samples_path.with_suffix(".phase.json")
+    start = json.loads(meta.read_text())["start"]  # when the users started, once Locust was imported
+    for path in (samples_path, meta, plan):
+        path.unlink()
     return samples, start
 
 

@@ -177,8 +177,16 @@ def user_classes(phase: Phase) -> list[type[ZooUser]]:
     return out
 
 
-def run(phase: Phase, samples_path: Path) -> int:
-    """Runs the phase; returns the number of requests written."""
+def _quit_at(runner, deadline: float) -> None:
+    # by the wall clock: gevent's timers count from the loop's cached time, which can be seconds old here
+    while (left := deadline - time.time()) > 0:
+        gevent.sleep(min(left, 0.5))
+    runner.quit()
+
+
+def run(phase: Phase, samples_path: Path) -> dict:
+    """Runs the phase, writing its requests to `samples_path`; returns its start and end (epoch s) and request
+    count, which `main` writes next to the samples (`<samples>.phase.json`)."""
     classes = user_classes(phase)
     env = Environment(user_classes=classes, stop_timeout=phase.targets.request_timeout_s)
     written = 0
@@ -197,12 +205,13 @@ def run(phase: Phase, samples_path: Path) -> int:
         env.events.request.add_listener(on_request)
         runner = env.create_local_runner()
         users = sum(c.fixed_count for c in classes)
-        started = time.time()
+        start = time.time()
         runner.start(users, spawn_rate=max(users, 1) * 10)
-        gevent.spawn_later(phase.duration_s, runner.quit)
+        gevent.spawn(_quit_at, runner, start + phase.duration_s)
         runner.greenlet.join()
-        print(f"phase '{phase.name}': {written} requests in {time.time() - started:.1f} s", flush=True)
-    return written
+    end = time.time()
+    print(f"phase '{phase.name}': {written} requests in {end - start:.1f} s", flush=True)
+    return {"start": start, "end": end, "requests": written}
 
 
 def main(argv: list[str]) -> int:
@@ -210,7 +219,9 @@ def main(argv: list[str]) -> int:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     phase = Phase.from_json(Path(argv[0]).read_text())
-    run(phase, Path(argv[1]))
+    samples = Path(argv[1])
+    meta = run(phase, samples)
+    samples.with_suffix(".phase.json").write_text(json.dumps(meta))
     return 0
 
 
