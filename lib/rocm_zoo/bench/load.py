@@ -21,6 +21,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Iterator
@@ -141,9 +142,12 @@ def _server(url: str | None, app: Path, studies: Path, models: str, device: str,
         url = check_loopback(url)
         yield url, listening_pid(url), False
         return
+    from rocm_zoo.server.app_folder import make_app_folder
+
     if not (app / "model").is_dir():
         raise LoadBenchError(f"no bundles in {app / 'model'}: give --app DIR, or write the samples first "
                              "(`rocm-zoo sample`), or give --url of a running server")
+    make_app_folder(app)  # its main.py, if missing (as `rocm-zoo serve` does)
     server_conf = {"device": device, **conf}
     with monailabel_server_process(app, str(studies), models, out_dir / "server.log", cwd=out_dir,
                                    timeout_s=SERVER_START_S, env={}, conf=server_conf) as (started, proc):
@@ -168,13 +172,21 @@ def _version(name: str) -> str | None:
         return None
 
 
-def _batch_progress(url: str, model: str) -> dict | None:
-    try:
-        runs = requests.get(f"{url}/batch/infer", params={"all": "true"}, timeout=30).json()
-    except (requests.RequestException, ValueError):
-        return None
-    mine = [r for r in runs if r.get("model") == model] if isinstance(runs, list) else []
-    return {k: v for k, v in mine[-1].items() if k != "seconds_per_study"} if mine else None
+def batch_outcome(url: str, model: str, timeout_s: float) -> dict | None:
+    """The last batch of `model` once it is no longer running (the phase's end asked it to stop after its current
+    study), without its per-study times; None if the server shows none."""
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            runs = requests.get(f"{url}/batch/infer", params={"all": "true"}, timeout=30).json()
+        except (requests.RequestException, ValueError):
+            return None
+        mine = [r for r in runs if r.get("model") == model] if isinstance(runs, list) else []
+        if not mine:
+            return None
+        if mine[-1].get("state") != "running" or time.time() > deadline:
+            return {k: v for k, v in mine[-1].items() if k != "seconds_per_study"}
+        time.sleep(1)
 
 
 def run_load_bench(*, out_dir: Path, url: str | None = None, app: Path = Path("apps/rocm_zoo"),
@@ -216,7 +228,7 @@ def run_load_bench(*, out_dir: Path, url: str | None = None, app: Path = Path("a
                 summary = load_stats.summarise_phase(samples, start, phase.duration_s)
                 entry = {"mix": phase.mix.__dict__, "duration_s": phase.duration_s, "start": start, **summary}
                 if phase.mix.batch:
-                    entry["batch"] = _batch_progress(base, phase.mix.batch)
+                    entry["batch"] = batch_outcome(base, phase.mix.batch, request_timeout_s)
                 record["phases"][phase.name] = entry
         finally:
             if sampler:

@@ -60,7 +60,7 @@ def markdown(record: dict) -> str:
     elif res.get("note"):
         lines += [f"server memory: {res['note']}", ""]
     if record.get("targets"):
-        lines += ["### targets (issue 14, mixed phase)", "", "| target | value | met |", "|---|---|---|"]
+        lines += ["### targets (issue 14, for the mixed load on one H200)", "", "| target | value | met |", "|---|---|---|"]
         for t in record["targets"]:
             met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
             lines.append(f"| {t['target']} | {_cell(t['value'], '{:g}')} | {met} |")
@@ -85,7 +85,8 @@ def plot(record: dict, path: Path) -> Path:
     for name, phase in record["phases"].items():
         offset = phase["start"] - record["start"]
         ax.axvline(offset, color="grey", lw=0.6, ls=":")
-        ax.text(offset, 1.0, f" {name}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="grey")
+        ax.text(offset, 0.99, f" {name}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", rotation=90,
+                color="grey")
         for series, rows in phase["timeline"].items():
             rows = [r for r in rows if r[2] is not None]
             if not rows:

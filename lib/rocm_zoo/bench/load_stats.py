@@ -110,7 +110,8 @@ def ratios(phases: dict[str, dict], mixed: str = "mixed") -> dict[str, dict[str,
             for key in [f"p{q}_ms" for q in QUANTILES] + ["throughput_per_s"]:
                 if alone.get(key) and under.get(key) is not None:
                     r[key] = round(under[key] / alone[key], 3)
-            out[series] = r
+            if r:
+                out[series] = r
     return out
 
 
