@@ -96,8 +96,8 @@ def make_targets(url: str, truth_dir: Path, images: list[str] | None, automatic_
         raise LoadBenchError(f"not in the server's datastore: {', '.join(unknown)}; it has: {', '.join(listed)}")
     studies = studies_with_clicks(chosen, truth_dir) if (mix.deepedit or mix.vista3d or mix.bad) else []
     if (mix.deepedit or mix.vista3d) and not studies:
-        raise LoadBenchError(f"clinicians click inside the {ORGAN}, found from a truth mask <id>.nii.gz in {truth_dir}; "
-                             f"none there for {', '.join(chosen) or 'any study'} (give --truth DIR; `rocm-zoo sample` "
+        raise LoadBenchError(f"clinicians click inside the {ORGAN}, found from a truth mask <id>.nii.gz in "
+                             f"{truth_dir}; none there for {', '.join(chosen)} (give --truth DIR; `rocm-zoo sample` "
                              "writes the phantoms' masks)")
     vista_labels = models.get("vista3d", {}).get("labels", {})
     targets = Targets(url=url, studies=tuple(studies), automatic_model=automatic_model,

@@ -45,8 +45,8 @@ def check_loopback(url: str) -> str:
     except ValueError:
         loopback = host.lower() == "localhost"
     if not loopback:
-        raise LoadBenchError(f"bench-load sends load to loopback only (127.0.0.0/8, ::1 or localhost), not to {host!r}: "
-                             "run it on the server's machine against http://127.0.0.1:PORT")
+        raise LoadBenchError(f"bench-load sends load to loopback only (127.0.0.0/8, ::1 or localhost), not to "
+                             f"{host!r}: run it on the server's machine against http://127.0.0.1:PORT")
     return url.rstrip("/")
 
 

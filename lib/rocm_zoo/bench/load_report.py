@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 from rocm_zoo.bench.load_stats import OUTCOMES
+
+logger = logging.getLogger(__name__)
 
 
 def _cell(v: Any, fmt: str = "{:.1f}") -> str:
@@ -60,7 +63,8 @@ def markdown(record: dict) -> str:
     elif res.get("note"):
         lines += [f"server memory: {res['note']}", ""]
     if record.get("targets"):
-        lines += ["### targets (issue 14, for the mixed load on one H200)", "", "| target | value | met |", "|---|---|---|"]
+        lines += ["### targets (issue 14, for the mixed load on one H200)", "", "| target | value | met |",
+                  "|---|---|---|"]
         for t in record["targets"]:
             met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
             lines.append(f"| {t['target']} | {_cell(t['value'], '{:g}')} | {met} |")
@@ -68,13 +72,17 @@ def markdown(record: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(record: dict, path: Path) -> Path:
+def plot(record: dict, path: Path) -> Path | None:
     """Latency over time, one line per series (median per time bucket, the band up to its slowest), every phase
-    one after the other on the x axis; below, the server's memory."""
-    import matplotlib
+    one after the other on the x axis; below, the server's memory. None where matplotlib is not installed."""
+    try:
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed: no plot")
+        return None
 
     res = record.get("resources", {}).get("samples") or []
     fig, axes = plt.subplots(2 if res else 1, 1, figsize=(11, 7 if res else 4.5), squeeze=False, sharex=True,
