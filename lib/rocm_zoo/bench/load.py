@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import importlib.util
 import json
 import logging
 import os
@@ -197,6 +198,8 @@ def run_load_bench(*, out_dir: Path, url: str | None = None, app: Path = Path("a
                    think_time_s: float = 1.0, duration_s: float = 60.0, baseline_s: float = 0.0,
                    request_timeout_s: float = 300.0, command: str = "") -> dict[str, Any]:
     mix = Mix(deepedit=deepedit, vista3d=vista3d, automatic=automatic, bad=bad, monitor=int(monitor), batch=batch)
+    if importlib.util.find_spec("locust") is None:  # looked up, not imported: only the child process imports it
+        raise LoadBenchError("Locust is not installed here: pip install 'rocm-zoo[bench]'")
     if url:
         check_loopback(url)
     models = server_models(mix, automatic_model)
