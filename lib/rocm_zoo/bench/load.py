@@ -121,9 +121,11 @@ def run_phase(phase: Phase, out_dir: Path, sampler: ResourceSampler | None) -> t
         try:
             rc = child.wait(timeout=phase.duration_s + phase.targets.request_timeout_s + CHILD_GRACE_S)
         except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-            raise LoadBenchError(f"phase '{phase.name}': the Locust process did not stop; see {log.name}")
+            raise LoadBenchError(f"phase '{phase.name}': the Locust process did not stop; see {log.name}") from None
+        finally:  # also on Ctrl-C or SIGTERM: no load outlives the benchmark
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     if rc != 0:
         tail = (out_dir / f"locust-{slug}.log").read_text()[-3000:]
         raise LoadBenchError(f"phase '{phase.name}': the Locust process exited with {rc}:\n{tail}")
