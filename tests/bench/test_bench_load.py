@@ -215,7 +215,7 @@ class _Stub(http.server.BaseHTTPRequestHandler):
     """Answers as the server would, instantly: 404 for an unknown model and the health routes, 422 for a click
     outside the image (the stub's studies are 10^3), 200 otherwise; remembers each request."""
 
-    seen: list = []
+    seen: list = []  # (method, path, body)
 
     def _answer(self) -> None:
         length = int(self.headers.get("content-length") or 0)
@@ -240,6 +240,7 @@ class _Stub(http.server.BaseHTTPRequestHandler):
 def test_a_locust_phase_in_its_own_process_against_a_stub_server(tmp_path):
     """The Locust child: every class sends what it should, clinicians think between clicks, requests are written with
     what the parent needs, and the phase stops by itself."""
+    _Stub.seen.clear()
     stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
     threading.Thread(target=stub.serve_forever, daemon=True).start()
     try:
@@ -261,11 +262,15 @@ def test_a_locust_phase_in_its_own_process_against_a_stub_server(tmp_path):
     assert series["batch start"]["ok"] == 1 and series["batch stop"]["ok"] == 1
     assert all(s["phase"] == "mixed" and start <= s["t"] < start + phase.duration_s + 1 for s in samples)
     assert max(s["t"] for s in samples) > start + phase.duration_s - 1, "the phase ran for its duration"
-    posts = {p.split("?")[0]: b for m, p, b in _Stub.seen if m == "POST"}
-    deepedit = json.loads(posts["/infer/spleen_deepedit"].split("\r\n\r\n", 1)[1].split("\r\n--", 1)[0])
-    assert deepedit["spleen"][0] == [1, 2, 3] and deepedit["label"] == "spleen"
-    assert deepedit["result_extension"] == ".nrrd" and deepedit["client_id"].startswith("bench-load-")
-    vista = json.loads(posts["/infer/vista3d"].split("\r\n\r\n", 1)[1].split("\r\n--", 1)[0])
-    assert vista["points"][0] == [1, 2, 3] and vista["label_prompt"] == [3] and set(vista["point_labels"]) == {1}
+    def sent(route: str) -> list[dict]:  # the params form field of each POST to the route
+        return [json.loads(b.split("\r\n\r\n", 1)[1].split("\r\n--", 1)[0])
+                for m, p, b in _Stub.seen if m == "POST" and p.split("?")[0] == route]
+
+    clicks = [d for d in sent("/infer/spleen_deepedit") if d["client_id"] != "bench-load-bad"]
+    assert [len(d["spleen"]) for d in clicks][:3] == [1, 2, 1]  # the study has two clicks: one, both, one again
+    assert clicks[0]["spleen"] == [[1, 2, 3]] and clicks[0]["label"] == "spleen"
+    assert clicks[0]["result_extension"] == ".nrrd" and clicks[0]["client_id"].startswith("bench-load-DeepEdit")
+    vista = sent("/infer/vista3d")[0]
+    assert vista["points"] == [[1, 2, 3]] and vista["label_prompt"] == [3] and vista["point_labels"] == [1]
     assert any(p.startswith("/infer/vista3d?") and "output=image" in p for _, p, _ in _Stub.seen)
     assert ("POST", "/batch/infer/wholeBody_ct?images=all") in {(m, p) for m, p, _ in _Stub.seen}
