@@ -375,8 +375,8 @@ def parser() -> argparse.ArgumentParser:
         "first and the mix is reported against it. The server's RSS (and GPU memory, through nvidia-smi) is sampled "
         "throughout. Writes load.json, load.md, load.png and samples.jsonl to --out. Load goes to loopback only and "
         "stops by itself. Exit status 1 if the mixed phase had errors (other than intended 4xx, 503 and 504).")
-    s.add_argument("--url", help="a running server on this machine (http://127.0.0.1:PORT; other hosts are refused); "
-                   "without it a server is started here on a free loopback port with the models the mix needs, "
+    s.add_argument("--url", help="a running server on this machine (http://127.0.0.1:PORT; other hosts are refused), "
+                   "waited on until every model is warm; without it a server is started here on a free loopback port with the models the mix needs, "
                    "waited on until warm, and stopped at the end")
     s.add_argument("--app", help="app folder for a server started here (default apps/rocm_zoo; bundles in model/)")
     s.add_argument("--studies", help="datastore folder for a server started here (default sample-data/studies)")

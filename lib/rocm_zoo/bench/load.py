@@ -143,6 +143,8 @@ def _server(url: str | None, app: Path, studies: Path, models: str, device: str,
     """(URL, server pid or None, whether bench-load started it): the given server, or one started here."""
     if url:
         url = check_loopback(url)
+        # A model compiling in the background holds up every request: time the warm server, as a started one.
+        wait_warm(url, SERVER_START_S)
         yield url, listening_pid(url), False
         return
     from rocm_zoo.server.app_folder import make_app_folder

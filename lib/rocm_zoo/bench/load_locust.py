@@ -108,17 +108,17 @@ class AutomaticRequester(ZooUser):
 
 
 class BadRequester(ZooUser):
-    """Requests the server must refuse with a 4xx and go on serving: an unknown model, a click outside the image."""
+    """Requests the server must refuse with a 4xx and go on serving, in turn: an unknown model, a click outside the
+    image (where there is a study with clicks)."""
+
+    def on_start(self) -> None:
+        self.turn = itertools.count()
 
     @task
-    def unknown_model(self) -> None:
-        study = self.targets.automatic_images[0]
-        self.infer("no_such_model", study, {}, "bad: unknown model", expect="4xx", output="image")
-
-    @task
-    def click_outside(self) -> None:
+    def bad_request(self) -> None:
         t = self.targets
-        if not t.studies:
+        if next(self.turn) % 2 == 0 or not t.studies:
+            self.infer("no_such_model", t.automatic_images[0], {}, "bad: unknown model", expect="4xx", output="image")
             return
         outside = [[s + 10 for s in t.studies[0].shape]]
         self.infer(t.deepedit_model, t.studies[0].id, slicer_deepedit(t.deepedit_label, outside, "bench-load-bad"),
