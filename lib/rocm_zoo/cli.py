@@ -151,6 +151,32 @@ def _bench_ohif(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_load(args: argparse.Namespace) -> int:
+    from rocm_zoo.bench.load import run_load_bench
+    from rocm_zoo.bench.load_plan import LoadBenchError
+    from rocm_zoo.samples.write import APP_DIR, default_paths
+
+    studies = Path(args.studies) if args.studies else default_paths().studies
+    truth = Path(args.truth) if args.truth else studies.parent / "truth"
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stops the Locust process and a server started here
+    try:
+        record = run_load_bench(
+            out_dir=Path(args.out), url=args.url, app=Path(args.app) if args.app else Path.cwd() / APP_DIR,
+            studies=studies, truth=truth, device=args.device, conf=dict(args.conf or []), deepedit=args.deepedit,
+            vista3d=args.vista3d, automatic=args.automatic, automatic_model=args.automatic_model,
+            automatic_images=args.automatic_image, bad=args.bad, monitor=not args.no_monitor, batch=args.batch or "",
+            images=args.image, think_time_s=args.think_time, duration_s=args.duration,
+            baseline_s=args.baseline_duration if args.baseline else 0.0, request_timeout_s=args.request_timeout,
+            command=" ".join(["rocm-zoo", *sys.argv[1:]]))
+    except LoadBenchError as e:
+        raise SystemExit(f"rocm-zoo bench-load: {e}") from e
+    from rocm_zoo.bench.load_report import markdown
+
+    print(markdown(record))
+    print(f"record: {Path(args.out) / 'load.json'} (and load.md, load.png, samples.jsonl)")
+    return 1 if record["phases"]["mixed"]["error"] else 0
+
+
 def _bench_report(args: argparse.Namespace) -> int:
     from rocm_zoo.bench.report import ReportError, check_report, write_report
 
@@ -337,6 +363,53 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--work", help="folder for the app copy, DICOM, Orthanc and server logs (default: a temp folder, "
                    "removed afterwards)")
     s.set_defaults(func=_bench_ohif)
+
+    s = sub.add_parser(
+        "bench-load", help="load benchmark on Locust: simulated clinicians (DeepEdit, VISTA3D clicks) and automatic "
+        "clients against one server; per request kind p50/p90/p99, throughput, errors; JSON, markdown, plot",
+        description="Simulated users against one rocm_zoo server on loopback, headless Locust in a child process: "
+        "DeepEdit clinicians (3D Slicer clicks) and VISTA3D clinicians (OHIF point prompts), each on its own study "
+        "with a think time between clicks; automatic requesters asking a segmentation back to back; optionally "
+        "requests the server must refuse (4xx, counted as intended), a batch run over the datastore, and a monitor "
+        "polling /info/ and /health/* (404: not available). With --baseline, one user of each class runs alone "
+        "first and the mix is reported against it. The server's RSS (and GPU memory, through nvidia-smi) is sampled "
+        "throughout. Writes load.json, load.md, load.png and samples.jsonl to --out. Load goes to loopback only and "
+        "stops by itself. Exit status 1 if the mixed phase had errors (other than intended 4xx, 503 and 504).")
+    s.add_argument("--url", help="a running server on this machine (http://127.0.0.1:PORT; other hosts are refused), "
+                   "waited on until every model is warm; without it a server is started here on a free loopback port with the models the mix needs, "
+                   "waited on until warm, and stopped at the end")
+    s.add_argument("--app", help="app folder for a server started here (default apps/rocm_zoo; bundles in model/)")
+    s.add_argument("--studies", help="datastore folder for a server started here (default sample-data/studies)")
+    s.add_argument("--truth", help="truth masks <id>.nii.gz the clicks are placed from, inside the spleen (default: "
+                   "'truth' beside the studies folder, as `rocm-zoo sample` writes it)")
+    s.add_argument("--device", default="auto", help="device of a server started here: auto, cuda, cpu (its "
+                   "--conf device)")
+    s.add_argument("--conf", nargs=2, action="append", metavar=("KEY", "VALUE"), help="more --conf for a server "
+                   "started here")
+    s.add_argument("--deepedit", type=int, default=2, help="DeepEdit clinicians, 3D Slicer clicks (default 2)")
+    s.add_argument("--vista3d", type=int, default=1, help="VISTA3D clinicians, OHIF point prompts (default 1)")
+    s.add_argument("--automatic", type=int, default=1, help="automatic requesters, back to back (default 1)")
+    s.add_argument("--automatic-model", default="wholeBody_ct", help="their model (default wholeBody_ct)")
+    s.add_argument("--automatic-image", action="append", metavar="ID", help="study they segment, repeatable: "
+                   "cycled (default: the first study)")
+    s.add_argument("--bad", type=int, default=0, help="users sending requests the server must refuse: unknown "
+                   "model, click outside the image (default 0)")
+    s.add_argument("--no-monitor", action="store_true", help="no user polling /info/, /health/live, /health/ready")
+    s.add_argument("--batch", metavar="MODEL", help="also run one batch of MODEL over the datastore (images=all; "
+                   "labels tag 'original'), started with the mix and stopped at its end")
+    s.add_argument("--image", action="append", metavar="ID", help="study clinicians work on, repeatable; each "
+                   "clinician takes the next (default: every study with a truth mask)")
+    s.add_argument("--think-time", type=float, default=1.0, help="seconds between a clinician's clicks (default 1)")
+    s.add_argument("--duration", type=float, default=60.0, help="seconds of the mixed load (default 60)")
+    s.add_argument("--baseline", action="store_true", help="first run one user of each class alone (the baseline "
+                   "the mix's ratios are against)")
+    s.add_argument("--baseline-duration", type=float, default=20.0, help="seconds of each baseline phase "
+                   "(default 20)")
+    s.add_argument("--request-timeout", type=float, default=300.0, help="seconds before a request counts as not "
+                   "answered (default 300)")
+    s.add_argument("--out", default="bench-out/load", help="folder for load.json, load.md, load.png, samples.jsonl, "
+                   "the Locust logs and a started server's log (default bench-out/load)")
+    s.set_defaults(func=_bench_load)
 
     s = sub.add_parser("bench-report", help="the current benchmark table (in docs/benchmarks.md) and chart, made "
                        "from the JSON records that docs/benchmarks/current.json names")

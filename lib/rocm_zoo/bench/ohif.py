@@ -35,7 +35,7 @@ from rocm_zoo.server import request_stages
 from rocm_zoo.server.app_folder import make_app_folder
 from rocm_zoo.samples.dicom_series import series_uids
 from rocm_zoo.samples.write import write_bundles, write_dicom_studies
-from rocm_zoo.bench.server_process import free_port, monailabel_server
+from rocm_zoo.bench.server_process import free_port, monailabel_server, wait_warm
 from rocm_zoo.bench.stats import medians
 from rocm_zoo.registry import TASKS, ohif_actions
 
@@ -79,22 +79,6 @@ def versions() -> dict[str, Any]:
     return {**engine_versions("cpu"), "monailabel": monailabel.__version__, "playwright": version("playwright"),
             "orthanc": _first_line([pacs.check_installed(), "--version"]),
             "chromium": _first_line([ohif.CHROMIUM, "--version"])}
-
-
-def wait_warm(url: str, timeout_s: float) -> dict[str, str]:
-    """Waits until every model is warm (automatic ones warm in the background after the server answers), so the
-    first Run times the request, not a compile."""
-    deadline = time.time() + timeout_s
-    while True:
-        warm = requests.get(f"{url}/info/", timeout=30).json()["rocm_zoo"]["warm"]
-        failed = {k: v for k, v in warm.items() if v.startswith("failed")}
-        if failed:
-            raise RuntimeError(f"models failed to warm: {failed}")
-        if warm and all(v.startswith("warm (") for v in warm.values()):  # {} until the app starts warming
-            return warm
-        if time.time() > deadline:
-            raise TimeoutError(f"models not warm after {timeout_s:.0f} s: {warm}")
-        time.sleep(2)
 
 
 def stage_lines(log: Path) -> list[dict]:

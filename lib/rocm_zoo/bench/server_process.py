@@ -1,4 +1,5 @@
-"""The rocm_zoo MONAI Label server as a child process on a free loopback port: for the tests and the OHIF benchmark."""
+"""The rocm_zoo MONAI Label server as a child process on a free loopback port: for the tests and the OHIF and load
+benchmarks."""
 
 from __future__ import annotations
 
@@ -31,6 +32,15 @@ def monailabel_server(app_dir: Path, studies: str, models: str, log_path: Path, 
     `conf`) on a free loopback port, with `env` added to the environment; yields its URL once `/health/ready` says its
     interactive models are warm (`ready=False`: once it answers at all, models possibly still warming), stops it
     afterwards."""
+    with monailabel_server_process(app_dir, studies, models, log_path, cwd, timeout_s, env, conf, ready) as (url, _):
+        yield url
+
+
+@contextmanager
+def monailabel_server_process(app_dir: Path, studies: str, models: str, log_path: Path, cwd: Path, timeout_s: float,
+                              env: dict[str, str], conf: dict[str, str] | None = None, ready: bool = True
+                              ) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`monailabel_server`, yielding the server process (MONAI Label serves in the process it starts) with its URL."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "monailabel.main", "start_server", "--app", str(app_dir), "--studies", studies,
@@ -53,10 +63,26 @@ def monailabel_server(app_dir: Path, studies: str, models: str, log_path: Path, 
             if time.time() > deadline:
                 raise ServerStartError(f"server not up after {timeout_s} s:\n{log_path.read_text()[-5000:]}")
             time.sleep(1)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def wait_warm(url: str, timeout_s: float) -> dict[str, str]:
+    """Waits until every model is warm (automatic ones warm in the background after the server answers), so the
+    first timed request times the request, not a compile; returns `/info`'s `rocm_zoo.warm`."""
+    deadline = time.time() + timeout_s
+    while True:
+        warm = requests.get(f"{url}/info/", timeout=30).json()["rocm_zoo"]["warm"]
+        failed = {k: v for k, v in warm.items() if v.startswith("failed")}
+        if failed:
+            raise RuntimeError(f"models failed to warm: {failed}")
+        if warm and all(v.startswith("warm (") for v in warm.values()):  # {} until the app starts warming
+            return warm
+        if time.time() > deadline:
+            raise TimeoutError(f"models not warm after {timeout_s:.0f} s: {warm}")
+        time.sleep(2)
