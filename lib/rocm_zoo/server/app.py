@@ -94,7 +94,7 @@ class MyApp(MONAILabelApp):
             from rocm_zoo.scale.ray_batch import server_engine
 
             return server_engine(conf, self.zoo.model_dir, self.zoo.overlays_dir, self.datastore)
-        return InProcessEngine(self.infer, self._save_label)
+        return InProcessEngine(self.infer, self._save_label, self.request_service.running)
 
     def infer(self, request, datastore=None):
         model = request.get("model")

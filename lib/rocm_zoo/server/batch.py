@@ -114,15 +114,27 @@ class BatchEngine(Protocol):
     def __call__(self, run: BatchRun, params: dict) -> None: ...
 
 
-class InProcessEngine:
-    """One study after another through the app's `infer` (request dict -> result dict), in this process."""
+# How often a batch waiting for the server's requests to finish looks again.
+YIELD_POLL_S = 0.02
 
-    def __init__(self, infer: Callable[[dict], dict], save: Callable[..., str]):
+
+class InProcessEngine:
+    """One study after another through the app's `infer` (request dict -> result dict), in this process.
+
+    A study starts only while `requests_running()` is false: the batch is below every request in the scheduler's
+    order, and its host and device work between network runs (loading, resampling, stitching, writing) would
+    otherwise slow the clicks and automatic requests that its turns already give way to."""
+
+    def __init__(self, infer: Callable[[dict], dict], save: Callable[..., str],
+                 requests_running: Callable[[], bool] = lambda: False):
         self._infer = infer
         self._save = save  # save_study_label bound to the app's datastore
+        self._requests_running = requests_running
 
     def __call__(self, run: BatchRun, params: dict) -> None:
         for image in run.images:
+            while self._requests_running() and not run.stop_requested:
+                time.sleep(YIELD_POLL_S)
             if run.stop_requested:
                 return
             start = time.perf_counter()

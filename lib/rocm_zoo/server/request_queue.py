@@ -39,6 +39,10 @@ class RequestService:
                                             thread_name_prefix="rocm_zoo-request")
         self.dropped = {"deadline": 0, "disconnected": 0, "queue_full": 0}
 
+    def running(self) -> bool:
+        """Is any request running or waiting? (A batch starts its next study only when none is.)"""
+        return any(q.holders or q.waiting() for q in self.queues.values())
+
     def work(self, priority: Priority, client: str, what: str) -> Work:
         return Work(priority, client, deadline=time.monotonic() + self.timeout_s, what=what)
 
