@@ -7,7 +7,6 @@ MONAI Label loads `<app>/main.py`, which is `app_main.py` of this package (a sym
 `rocm_zoo`.
 """
 
-import os
 import sys
 import time
 
@@ -15,8 +14,8 @@ from monailabel.config import settings
 from monailabel.interfaces.app import MONAILabelApp
 
 from rocm_zoo import __version__
-from rocm_zoo.errors import ImageNotFound, ModelNotFound
-from rocm_zoo.server import batch_routes, http_errors, request_stages
+from rocm_zoo.errors import ModelNotFound
+from rocm_zoo.server import access, batch_routes, http_errors, request_stages
 from rocm_zoo.server.batch import BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.server.datastore import CheckedLocalDatastore
 from rocm_zoo.server.zoo import Zoo
@@ -58,7 +57,8 @@ class MyApp(MONAILabelApp):
             http_errors.install(web)
             # Batch inference in this process, with the warm models (MONAI Label's would start a new process), or on
             # Ray workers with `--conf batch_engine ray`.
-            self.batch_runner = BatchRunner(self._batch_engine(), lambda s: select_images(self.datastore(), s))
+            self.batch_runner = BatchRunner(self._batch_engine(), lambda s: select_images(self.datastore(), s),
+                                            check_ids=lambda ids: access.check_ids(ids, self.datastore()))
             batch_routes.install(web, self.batch_runner, lambda: list(self._infers))
         if self.zoo.config.warmup:
             self.zoo.warm()
@@ -89,11 +89,15 @@ class MyApp(MONAILabelApp):
         store = datastore or self.datastore()
         start = time.perf_counter()
         with request_stages.recording() as stages:  # fetch series, convert, encode SEG, store: timed by the store
-            if isinstance(image, str) and image and not os.path.exists(image) and not store.get_image_uri(image):
-                raise ImageNotFound(f"Image '{image}' is not in the datastore")
+            # A datastore id (or a series of the PACS), never a server path unless allow_local_paths.
+            access.check_image(image, store, self.zoo.config.allow_local_paths, self._session_dirs())
             result = super().infer(request, datastore)
         request_stages.report(result, stages, time.perf_counter() - start, model, str(image))
         return result
+
+    def _session_dirs(self) -> list[str]:
+        sessions = self.sessions()
+        return [getattr(sessions, "store_path", "")] if sessions else []
 
     def info(self):
         meta = super().info()
