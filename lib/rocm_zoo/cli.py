@@ -49,6 +49,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _pacs(args: argparse.Namespace) -> int:
+    if args.action == "push":
+        return _pacs_push(args)
     from rocm_zoo.bench import pacs
 
     config = pacs.PacsConfig(folder=Path(args.folder or Path.cwd() / ".pacs"), http_port=args.port)
@@ -78,6 +80,19 @@ def _pacs(args: argparse.Namespace) -> int:
         if server is not None:
             pacs.stop(server, timeout=30)
         pacs.stop(proc)
+
+
+def _pacs_push(args: argparse.Namespace) -> int:
+    from rocm_zoo.dicomweb import store
+
+    url = args.studies or f"http://127.0.0.1:{args.port}/dicom-web"
+    results = store.push(url, args.cache)
+    for r in results:
+        state = f"stored as SEG series {r['SeriesInstanceUID']}" if r["ok"] else f"still pending: {r['reason']}"
+        print(f"{r['image_id']} ({r['tag']}): {state}", flush=True)
+    if not results:
+        print(f"no pending labels for {url} (in {store.pending_folder(url, args.cache)})")
+    return 1 if any(not r["ok"] for r in results) else 0
 
 
 def _env(args: argparse.Namespace) -> int:
@@ -242,7 +257,13 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_serve)
 
     s = sub.add_parser("pacs", help="start a local Orthanc PACS (DICOMweb on 127.0.0.1), load DICOM series into it "
-                       "and, with --serve, the MONAI Label server against it; Ctrl-C stops both")
+                       "and, with --serve, the MONAI Label server against it; Ctrl-C stops both. `pacs push`: store "
+                       "the labels the PACS did not take (kept pending by the server) now")
+    s.add_argument("action", nargs="?", choices=["start", "push"], default="start",
+                   help="start (default): the local PACS; push: the server's pending labels for --studies, as SEG")
+    s.add_argument("--studies", help="push: the PACS's DICOMweb URL, as given to the server (default the local "
+                   "PACS on --port)")
+    s.add_argument("--cache", help="push: the server's MONAI_LABEL_DICOMWEB_CACHE_PATH, if it set one")
     s.add_argument("--folder", help="Orthanc's settings, storage and log (default .pacs)")
     s.add_argument("--port", type=int, default=8042, help="Orthanc HTTP port (default 8042)")
     s.add_argument("--load", action="append", metavar="DIR", help="store every .dcm under DIR, repeatable")

@@ -20,7 +20,7 @@ from rocm_zoo.errors import ImageNotFound, InvalidRequest
 # What tempfile.NamedTemporaryFile(suffix=ext).name gives MONAI Label's upload routes: tmp + 8 characters + ext.
 _UPLOAD_NAME = re.compile(r"^tmp[a-z0-9_]{8}(\.[A-Za-z0-9]{1,8}){0,3}$")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
-_PATHLIKE = re.compile(r"(?:[A-Za-z]:)?(?:/[^\s'\"/:,;)]+){2,}/?")
+_PATHLIKE = re.compile(r"(?<![:/\w.])(?:/[^\s'\"/:,;)]+){2,}/?")
 
 
 def is_upload_temp(path: str) -> bool:

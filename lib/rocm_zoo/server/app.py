@@ -15,7 +15,7 @@ from monailabel.interfaces.app import MONAILabelApp
 
 from rocm_zoo import __version__
 from rocm_zoo.errors import ModelNotFound
-from rocm_zoo.server import access, batch_routes, http_errors, request_stages
+from rocm_zoo.server import access, batch_routes, http_errors, request_stages, uploads
 from rocm_zoo.server.batch import BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.server.datastore import CheckedLocalDatastore
 from rocm_zoo.server.zoo import Zoo
@@ -55,6 +55,7 @@ class MyApp(MONAILabelApp):
         if "monailabel.app" in sys.modules:
             web = sys.modules["monailabel.app"].app
             http_errors.install(web)
+            uploads.install_body_limit(web, self.zoo.config.max_upload_mb)
             # Batch inference in this process, with the warm models (MONAI Label's would start a new process), or on
             # Ray workers with `--conf batch_engine ray`.
             self.batch_runner = BatchRunner(self._batch_engine(), lambda s: select_images(self.datastore(), s),
