@@ -95,6 +95,48 @@ def _pacs_push(args: argparse.Namespace) -> int:
     return 1 if any(not r["ok"] for r in results) else 0
 
 
+def _users(args: argparse.Namespace) -> int:
+    import getpass
+
+    from rocm_zoo.errors import InvalidRequest
+    from rocm_zoo.samples.write import APP_DIR
+    from rocm_zoo.server.auth import users_path
+    from rocm_zoo.server.auth.users import UserFile
+
+    path = users_path(args.users_file or "", Path(args.app or Path.cwd() / APP_DIR))
+    users = UserFile(path)
+    try:
+        if args.action == "list":
+            for u in users.list():
+                print(f"{u.name}\t{u.role}")
+            return 0
+        if not args.name:
+            print(f"rocm-zoo users {args.action} needs a NAME", file=sys.stderr)
+            return 2
+        if args.action == "remove":
+            if not users.remove(args.name):
+                print(f"no user '{args.name}' in {path}", file=sys.stderr)
+                return 1
+            print(f"removed {args.name} (their tokens stop working at once)")
+            return 0
+        if not args.role:
+            print("rocm-zoo users add needs --role annotator|reviewer|admin", file=sys.stderr)
+            return 2
+        if args.password_stdin:
+            password = sys.stdin.readline().rstrip("\n")
+        else:
+            password = getpass.getpass(f"password for {args.name}: ")
+            if getpass.getpass("again: ") != password:
+                print("the passwords differ", file=sys.stderr)
+                return 2
+        user = users.add(args.name, args.role, password, replace=args.replace)
+    except InvalidRequest as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    print(f"{user.name} ({user.role}) in {path}")
+    return 0
+
+
 def _env(args: argparse.Namespace) -> int:
     from rocm_zoo.engine.backend import describe, detect_backend, env_defaults
 
@@ -273,6 +315,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--server-port", type=int, default=8000)
     s.add_argument("--conf", nargs=2, action="append", metavar=("KEY", "VALUE"), help="more app --conf options")
     s.set_defaults(func=_pacs)
+
+    s = sub.add_parser("users", help="the server's local users (log-in beyond loopback): add, list, remove",
+                       description="Users for the server's own log-in (MONAI Label's /auth/token flow, used when the "
+                       "server listens beyond loopback or with --conf auth on). Passwords are stored as scrypt "
+                       "hashes in <app>/users.json (mode 0600). Roles: annotator (infer, save labels), reviewer "
+                       "(also 'final' labels), admin (also train, batch, delete).")
+    s.add_argument("action", choices=["add", "list", "remove"])
+    s.add_argument("name", nargs="?")
+    s.add_argument("--role", choices=["annotator", "reviewer", "admin"])
+    s.add_argument("--app", help="the server's app folder (default apps/rocm_zoo)")
+    s.add_argument("--users-file", help="another user file (the server's --conf users_file)")
+    s.add_argument("--password-stdin", action="store_true", help="read the password from one line of stdin")
+    s.add_argument("--replace", action="store_true", help="add: change an existing user's password and role")
+    s.set_defaults(func=_users)
 
     s = sub.add_parser("env", help="print the detected backend and the environment it wants")
     s.add_argument("--device", default="auto")
