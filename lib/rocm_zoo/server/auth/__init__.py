@@ -9,7 +9,8 @@
 - Local mode: MONAI Label's routes keep their `Depends(RBAC(role))`; `get_current_user` is overridden (FastAPI
   dependency overrides) to read our tokens, and MONAI Label's auth switch is turned on so `RBAC` checks roles.
 - Roles: annotator (infer, save labels other than `final`), reviewer (also `final`), admin (also train, batch,
-  delete, logs, models). `ROUTE_ROLES` tightens MONAI Label's own choices where they differ (it lets any user train).
+  delete, logs, models): MONAI Label's own route roles, plus `final` for reviewers (`install_label_route`) and the
+  in-process batch for admins (`batch_routes`).
 - `/health/*`, the OpenAPI page and OHIF's static files are open; everything else needs a token.
 """
 
@@ -21,11 +22,14 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fastapi import Depends, FastAPI, HTTPException, status
+from fastapi import BackgroundTasks, Depends, FastAPI, File, Form, HTTPException, UploadFile, status
 from fastapi.security import OAuth2PasswordBearer, OAuth2PasswordRequestForm
 from jwt import InvalidTokenError
 from monailabel.config import settings
+from monailabel.endpoints import datastore as ml_datastore
 from monailabel.endpoints.user.auth import DEFAULT_USER, RBAC, User, get_current_user
+from monailabel.interfaces.datastore import DefaultLabelTag
+from starlette.concurrency import run_in_threadpool
 
 from rocm_zoo.server.auth import tokens
 from rocm_zoo.server.auth.users import ROLES, UserFile, monailabel_roles
@@ -75,27 +79,23 @@ def _role_names() -> dict[str, str]:
             "reviewer": s.MONAI_LABEL_AUTH_ROLE_REVIEWER, "admin": s.MONAI_LABEL_AUTH_ROLE_ADMIN}
 
 
-# (method, path) -> the role it needs, where it differs from MONAI Label's own RBAC on that route.
-ROUTE_ROLES = {
-    ("POST", "/train/"): "admin",
-    ("POST", "/train/{model}"): "admin",
-    ("POST", "/batch/infer/{model}"): "admin",
-    ("PUT", "/model/{model}"): "admin",
-}
+def _routes(routes):
+    """Every route, through the routers FastAPI keeps nested (include_router no longer copies routes up)."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _routes(inner.routes)
+        else:
+            yield route
 
 
 def _rbac_of(route) -> list:
     return [d.call for d in getattr(getattr(route, "dependant", None), "dependencies", []) if isinstance(d.call, RBAC)]
 
 
-def apply_route_roles(web: FastAPI) -> None:
-    """Route-by-route role changes through dependency overrides (MONAI Label's route objects stay as they are)."""
-    names = _role_names()
-    for route in web.router.routes:
-        for method in getattr(route, "methods", None) or ():
-            role = ROUTE_ROLES.get((method, getattr(route, "path", "")))
-            for rbac in _rbac_of(route) if role else ():
-                web.dependency_overrides[rbac] = RBAC(names[role])
+def open_static_routes(web: FastAPI) -> None:
+    """OHIF's static files without a token (dependency overrides; MONAI Label's route objects stay as they are)."""
+    for route in _routes(web.router.routes):
         if str(getattr(route, "path", "")).startswith(OPEN_PREFIXES):
             for rbac in _rbac_of(route):
                 web.dependency_overrides[rbac] = _anyone
@@ -146,7 +146,7 @@ def install(web: FastAPI, config, app_dir: str | Path) -> str:
     mode = decide(config.auth, host, keycloak=bool(settings.MONAI_LABEL_AUTH_ENABLE))
     if mode == "keycloak":
         logger.warning("rocm_zoo auth: ON, MONAI Label's Keycloak flow (realm %s)", settings.MONAI_LABEL_AUTH_REALM_URI)
-        apply_route_roles(web)
+        open_static_routes(web)
         return mode
     _install_routes(web, None)
     if mode == "off":
@@ -167,7 +167,7 @@ def install(web: FastAPI, config, app_dir: str | Path) -> str:
         return local.user_of(token)
 
     web.dependency_overrides[get_current_user] = current_user
-    apply_route_roles(web)
+    open_static_routes(web)
     count = len(users.list())
     why = "--conf auth on" if config.auth == "on" else f"listening beyond loopback ({host})"
     logger.warning("rocm_zoo auth: ON (%s): local users from %s (%d user%s), tokens valid %g h; roles %s",
@@ -209,11 +209,6 @@ def _put_first(web: FastAPI, before: int) -> None:
 def install_label_route(web: FastAPI) -> None:
     """`PUT /datastore/label` as MONAI Label's, except that a `final` label (the default tag) needs the reviewer
     role, and the save (checks, SEG encoding, PACS) runs in a worker thread, not on the event loop."""
-    from fastapi import BackgroundTasks, File, Form, UploadFile
-    from monailabel.endpoints import datastore as ml_datastore
-    from monailabel.interfaces.datastore import DefaultLabelTag
-    from starlette.concurrency import run_in_threadpool
-
     names = _role_names()
     before = len(web.router.routes)
 
