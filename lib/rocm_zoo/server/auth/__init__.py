@@ -186,6 +186,14 @@ def _install_routes(web: FastAPI, local: Optional[LocalAuth]) -> None:
         return {"enabled": local is not None, "client_id": settings.MONAI_LABEL_AUTH_CLIENT_ID,
                 "realm": "rocm_zoo" if local else settings.MONAI_LABEL_AUTH_REALM_URI}
 
+    @web.post("/reload", include_in_schema=False)
+    def reload(user: User = Depends(RBAC(settings.MONAI_LABEL_AUTH_ROLE_ADMIN))):
+        """MONAI Label's /reload (drops the app instance: every model is built again) is open to anyone; admins only."""
+        from monailabel.interfaces.utils.app import clear_cache
+
+        clear_cache()
+        return {}
+
     if local is not None:
         @web.post("/auth/token", summary="Log in: a bearer access token for username and password", tags=["Auth"])
         def access_token(form_data: OAuth2PasswordRequestForm = Depends()):  # scrypt: in a worker thread
