@@ -11,6 +11,7 @@
 - Roles: annotator (infer, save labels other than `final`), reviewer (also `final`), admin (also train, batch,
   delete, logs, models): MONAI Label's own route roles, plus `final` for reviewers (`install_label_route`) and the
   in-process batch for admins (`batch_routes`).
+- `ROUTE_ROLES` makes model uploads and deletes admin-only (MONAI Label checks annotator there).
 - `/health/*`, the OpenAPI page and OHIF's static files are open; everything else needs a token.
 """
 
@@ -93,9 +94,20 @@ def _rbac_of(route) -> list:
     return [d.call for d in getattr(getattr(route, "dependant", None), "dependencies", []) if isinstance(d.call, RBAC)]
 
 
+# Where MONAI Label 0.8.5's RBAC is looser than its own route summaries say ("|RBAC: admin|" on routes that check
+# annotator): uploading and deleting a model's weights.
+ROUTE_ROLES = {("PUT", "/model/{model}"): "admin", ("DELETE", "/model/{model}"): "admin"}
+
+
 def open_static_routes(web: FastAPI) -> None:
-    """OHIF's static files without a token (dependency overrides; MONAI Label's route objects stay as they are)."""
+    """OHIF's static files without a token, and ROUTE_ROLES, through dependency overrides (MONAI Label's route
+    objects stay as they are)."""
+    names = _role_names()
     for route in _routes(web.router.routes):
+        for method in getattr(route, "methods", None) or ():
+            role = ROUTE_ROLES.get((method, getattr(route, "path", "")))
+            for rbac in _rbac_of(route) if role else ():
+                web.dependency_overrides[rbac] = RBAC(names[role])
         if str(getattr(route, "path", "")).startswith(OPEN_PREFIXES):
             for rbac in _rbac_of(route):
                 web.dependency_overrides[rbac] = _anyone
@@ -168,6 +180,7 @@ def install(web: FastAPI, config, app_dir: str | Path) -> str:
 
     web.dependency_overrides[get_current_user] = current_user
     open_static_routes(web)
+    _document_bearer(web)
     count = len(users.list())
     why = "--conf auth on" if config.auth == "on" else f"listening beyond loopback ({host})"
     logger.warning("rocm_zoo auth: ON (%s): local users from %s (%d user%s), tokens valid %g h; roles %s",
@@ -176,6 +189,32 @@ def install(web: FastAPI, config, app_dir: str | Path) -> str:
         logger.warning("rocm_zoo auth: no users yet, so nobody can log in: rocm-zoo users add NAME --role admin "
                        "--app %s", Path(app_dir).name)
     return mode
+
+
+def _document_bearer(web: FastAPI) -> None:
+    """The OpenAPI schema as the server now behaves: a bearer token from /auth/token on every operation but the open
+    ones, and without the `token` query parameter MONAI Label's routes show when they are built with auth off."""
+    build = web.openapi
+    open_paths = ("/auth/", "/auth/token")
+
+    def openapi():
+        if web.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})["OAuth2PasswordBearer"] = {
+                "type": "oauth2", "flows": {"password": {"tokenUrl": "/auth/token", "scopes": {}}}}
+            for path, ops in schema.get("paths", {}).items():
+                for op in ops.values():
+                    if not isinstance(op, dict):
+                        continue
+                    op["parameters"] = [p for p in op.get("parameters", [])
+                                        if not (p.get("name") == "token" and p.get("in") == "query")]
+                    if path not in open_paths and not path.startswith("/health"):
+                        op["security"] = [{"OAuth2PasswordBearer": []}]
+            web.openapi_schema = schema
+        return web.openapi_schema
+
+    web.openapi = openapi
+    web.openapi_schema = None
 
 
 def _install_routes(web: FastAPI, local: Optional[LocalAuth]) -> None:
