@@ -43,6 +43,11 @@ def _serve(args: argparse.Namespace) -> int:
            "--conf", "models", args.models]
     for kv in args.conf or []:
         cmd += ["--conf", *kv]
+    if args.ssl_certfile or args.ssl_keyfile:  # MONAI Label hands these to uvicorn: HTTPS
+        if not (args.ssl_certfile and args.ssl_keyfile):
+            print("HTTPS needs both --ssl-certfile and --ssl-keyfile", file=sys.stderr)
+            return 2
+        cmd += ["--ssl_certfile", args.ssl_certfile, "--ssl_keyfile", args.ssl_keyfile]
     print(" ".join(cmd), flush=True)
     os.execve(sys.executable, cmd, dict(os.environ, MONAILABEL_PYEXE=sys.executable))
     return 0
@@ -296,6 +301,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--conf", nargs=2, action="append", metavar=("KEY", "VALUE"), help="more app --conf options")
+    s.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM) ...")
+    s.add_argument("--ssl-keyfile", help="... and this private key (PEM)")
     s.set_defaults(func=_serve)
 
     s = sub.add_parser("pacs", help="start a local Orthanc PACS (DICOMweb on 127.0.0.1), load DICOM series into it "

@@ -62,8 +62,9 @@ def add_users(users_file: Path) -> None:
         users.add(name, role, PASSWORDS[name], replace=True)
 
 
-def start(sample_env, studies: Path, log: Path, conf: dict[str, str], users_file: Path | None = None,
-          timeout_s: float = 600) -> Server:
+def start(sample_env, studies: Path | str, log: Path, conf: dict[str, str], users_file: Path | None = None,
+          timeout_s: float = 600, env: dict[str, str] | None = None) -> Server:
+    """The server on `studies` (a folder, or a DICOMweb URL); `env` is added to its environment."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "monailabel.main", "start_server", "--app", str(sample_env.app_dir),
@@ -72,9 +73,10 @@ def start(sample_env, studies: Path, log: Path, conf: dict[str, str], users_file
         cmd += ["--conf", "users_file", str(users_file)]
     for k, v in conf.items():
         cmd += ["--conf", k, v]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TORCHINDUCTOR_CACHE_DIR=str(sample_env.root / "inductor"))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TORCHINDUCTOR_CACHE_DIR=str(sample_env.root / "inductor"),
+               **(env or {}))
     with open(log, "a") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=studies.parent, env=env)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=log.parent, env=env)
     deadline = time.time() + timeout_s
     while True:
         if proc.poll() is not None:
@@ -82,7 +84,8 @@ def start(sample_env, studies: Path, log: Path, conf: dict[str, str], users_file
         try:
             # /auth/ answers whether auth is on or not; with auth on, /info/ would be 401
             if requests.get(f"{url}/auth/", timeout=5).status_code == 200:
-                return Server(url, proc, studies, users_file or Path(), log)
+                return Server(url, proc, Path(studies) if isinstance(studies, Path) else Path(), users_file or Path(),
+                              log)
         except (requests.ConnectionError, requests.Timeout):
             pass
         if time.time() > deadline:
@@ -102,8 +105,9 @@ def stop(server: Server) -> None:
 
 
 @contextmanager
-def running(sample_env, studies: Path, log: Path, conf: dict[str, str], users_file: Path | None = None):
-    server = start(sample_env, studies, log, conf, users_file)
+def running(sample_env, studies: Path | str, log: Path, conf: dict[str, str], users_file: Path | None = None,
+            env: dict[str, str] | None = None):
+    server = start(sample_env, studies, log, conf, users_file, env=env)
     try:
         yield server
     finally:
