@@ -70,7 +70,8 @@ def _raised_in_monailabel_endpoint(exc: BaseException) -> bool:
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    if isinstance(exc, (TypeError, ValueError, AttributeError, KeyError)) and _raised_in_monailabel_endpoint(exc):
+    if isinstance(exc, (TypeError, ValueError, AttributeError, KeyError, OverflowError)) and \
+            _raised_in_monailabel_endpoint(exc):
         return _answer(422, f"The request's parameters do not have the form this route takes ({type(exc).__name__}: "
                             f"{str(exc)[:200]})")
     if isinstance(exc, ValidationError):  # a route's own model_validate of the request body
