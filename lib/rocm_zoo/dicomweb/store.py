@@ -208,7 +208,10 @@ class SegDicomWebDatastore(AtomicLocalDatastore, DICOMWebDatastore):
         try:
             check_label(label_filename, image_uri)
             saved = self._save_label_atomic(image_id, label_filename, label_tag, label_info)
-            if label_tag in SEG_TAGS:
+            if label_tag in SEG_TAGS and not read_label(label_filename)[0].any():
+                logger.info("label of %s (tag %s) is all background: kept locally only (a SEG needs a segment)",
+                            image_id, label_tag)
+            elif label_tag in SEG_TAGS:
                 segments = self.segments_of(label_info)
                 try:
                     stored = self.store_seg(image_id, label_filename, label_info, segments)
