@@ -19,6 +19,7 @@ from rocm_zoo.server.datastore import PARTIAL
 pytestmark = pytest.mark.slow
 
 MAX_UPLOAD_MB = 4
+VIEWER = "https://viewer.example:3000"  # the one browser origin allowed (--conf cors_origins)
 IMAGE = "phantom_test0"
 # Routes that need no token: the log-in itself, and MONAI Label's documentation pages.
 OPEN = {("GET", "/auth/"), ("POST", "/auth/token")}
@@ -35,7 +36,8 @@ def srv(sample_env, tmp_path_factory):
     users_file = root / "auth" / "users.json"
     secure_server.add_users(users_file)
     with secure_server.running(sample_env, studies, root / "server.log",
-                               {"auth": "on", "max_upload_mb": str(MAX_UPLOAD_MB)}, users_file) as server:
+                               {"auth": "on", "max_upload_mb": str(MAX_UPLOAD_MB), "cors_origins": VIEWER},
+                               users_file) as server:
         yield server
 
 
@@ -67,6 +69,18 @@ def test_auth_says_it_is_on_and_logs_in(srv):
     assert requests.get(f"{srv.url}/info/", headers=srv.headers("ann"), timeout=30).status_code == 200
     schema = requests.get(f"{srv.url}/openapi.json", timeout=30).json()
     assert "OAuth2PasswordBearer" in schema["components"]["securitySchemes"]
+
+
+def test_cors_only_for_the_configured_viewer(srv):
+    def preflight(origin):
+        return requests.options(f"{srv.url}/info/", timeout=10, headers={
+            "Origin": origin, "Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "authorization"})
+
+    assert preflight(VIEWER).headers.get("access-control-allow-origin") == VIEWER
+    evil = preflight("https://evil.example")
+    assert "access-control-allow-origin" not in evil.headers, evil.headers
+    r = requests.get(f"{srv.url}/auth/", headers={"Origin": "https://evil.example"}, timeout=10)
+    assert "access-control-allow-origin" not in r.headers, r.headers
 
 
 def test_every_route_refuses_no_wrong_or_expired_token(srv):
