@@ -221,3 +221,31 @@ def test_new_conf_keys():
                        ("auth", "maybe"), ("allow_local_paths", "perhaps")):
         with pytest.raises(ConfigError):
             AppConfig.from_conf({key: value})
+
+
+# --- error answers: the reason, never a server path or a trace --------------------------------------------------------
+
+def test_error_answers_have_no_paths_or_traces():
+    from fastapi import FastAPI, HTTPException
+    from fastapi.testclient import TestClient
+
+    from rocm_zoo.errors import InvalidRequest
+    from rocm_zoo.server import http_errors
+
+    app = FastAPI()
+    raised = {
+        "/rocm": InvalidRequest("Image '/srv/secret/studies/ct_a.nii.gz' cannot be read: bad gzip"),
+        "/unexpected": RuntimeError("boom at /srv/secret/internal.py"),
+        "/missing": FileNotFoundError(2, "No such file or directory", "/srv/secret/x"),
+        "/client500": HTTPException(status_code=500, detail="Neither Image nor File not Session ID input is provided"),
+    }
+    for path, exc in raised.items():
+        app.add_api_route(path, (lambda e: (lambda: (_ for _ in ()).throw(e)))(exc))
+    http_errors.install(app)
+    client = TestClient(app, raise_server_exceptions=False)
+    expected = {"/rocm": 422, "/unexpected": 500, "/missing": 404, "/client500": 422}
+    for path, status in expected.items():
+        r = client.get(path)
+        assert r.status_code == status, (path, r.status_code, r.text)
+        assert "/srv/secret" not in r.text and "Traceback" not in r.text, r.text
+    assert "ct_a.nii.gz" in client.get("/rocm").json()["detail"]  # the reason stays, with the file name
