@@ -104,8 +104,12 @@ def test_kill_9_during_saves_and_a_batch(sample_env, studies):
             assert time.time() < deadline, "the batch wrote no label in 20 minutes"
             assert srv.proc.poll() is None, log.read_text()[-3000:]
             time.sleep(0.2)
-        time.sleep(random.Random(1).uniform(0.1, 1.5))
-        partial_at_kill = [p.name for p in _label_files(studies) if PARTIAL in p.name]
+        # Kill as soon as a save is seen half-way (its temporary file exists), or after 30 s of looking.
+        labels = studies / "labels"
+        look_until = time.time() + 30
+        partial_at_kill = []
+        while not partial_at_kill and time.time() < look_until:
+            partial_at_kill = [p.name for d in labels.iterdir() if d.is_dir() for p in d.iterdir() if PARTIAL in p.name]
         srv.proc.kill()  # SIGKILL: no handler runs
         srv.proc.wait()
     finally:
