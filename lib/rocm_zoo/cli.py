@@ -43,12 +43,19 @@ def _serve(args: argparse.Namespace) -> int:
            "--conf", "models", args.models]
     for kv in args.conf or []:
         cmd += ["--conf", *kv]
+    if args.ssl_certfile or args.ssl_keyfile:  # MONAI Label hands these to uvicorn: HTTPS
+        if not (args.ssl_certfile and args.ssl_keyfile):
+            print("HTTPS needs both --ssl-certfile and --ssl-keyfile", file=sys.stderr)
+            return 2
+        cmd += ["--ssl_certfile", args.ssl_certfile, "--ssl_keyfile", args.ssl_keyfile]
     print(" ".join(cmd), flush=True)
     os.execve(sys.executable, cmd, dict(os.environ, MONAILABEL_PYEXE=sys.executable))
     return 0
 
 
 def _pacs(args: argparse.Namespace) -> int:
+    if args.action == "push":
+        return _pacs_push(args)
     from rocm_zoo.bench import pacs
 
     config = pacs.PacsConfig(folder=Path(args.folder or Path.cwd() / ".pacs"), http_port=args.port)
@@ -78,6 +85,61 @@ def _pacs(args: argparse.Namespace) -> int:
         if server is not None:
             pacs.stop(server, timeout=30)
         pacs.stop(proc)
+
+
+def _pacs_push(args: argparse.Namespace) -> int:
+    from rocm_zoo.dicomweb import store
+
+    url = args.studies or f"http://127.0.0.1:{args.port}/dicom-web"
+    results = store.push(url, args.cache)
+    for r in results:
+        state = f"stored as SEG series {r['SeriesInstanceUID']}" if r["ok"] else f"still pending: {r['reason']}"
+        print(f"{r['image_id']} ({r['tag']}): {state}", flush=True)
+    if not results:
+        print(f"no pending labels for {url} (in {store.pending_folder(url, args.cache)})")
+    return 1 if any(not r["ok"] for r in results) else 0
+
+
+def _users(args: argparse.Namespace) -> int:
+    import getpass
+
+    from rocm_zoo.errors import InvalidRequest
+    from rocm_zoo.samples.write import APP_DIR
+    from rocm_zoo.server.auth import users_path
+    from rocm_zoo.server.auth.users import UserFile
+
+    path = users_path(args.users_file or "", Path(args.app or Path.cwd() / APP_DIR))
+    users = UserFile(path)
+    try:
+        if args.action == "list":
+            for u in users.list():
+                print(f"{u.name}\t{u.role}")
+            return 0
+        if not args.name:
+            print(f"rocm-zoo users {args.action} needs a NAME", file=sys.stderr)
+            return 2
+        if args.action == "remove":
+            if not users.remove(args.name):
+                print(f"no user '{args.name}' in {path}", file=sys.stderr)
+                return 1
+            print(f"removed {args.name} (their tokens stop working at once)")
+            return 0
+        if not args.role:
+            print("rocm-zoo users add needs --role annotator|reviewer|admin", file=sys.stderr)
+            return 2
+        if args.password_stdin:
+            password = sys.stdin.readline().rstrip("\n")
+        else:
+            password = getpass.getpass(f"password for {args.name}: ")
+            if getpass.getpass("again: ") != password:
+                print("the passwords differ", file=sys.stderr)
+                return 2
+        user = users.add(args.name, args.role, password, replace=args.replace)
+    except InvalidRequest as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    print(f"{user.name} ({user.role}) in {path}")
+    return 0
 
 
 def _env(args: argparse.Namespace) -> int:
@@ -265,10 +327,18 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--conf", nargs=2, action="append", metavar=("KEY", "VALUE"), help="more app --conf options")
+    s.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM) ...")
+    s.add_argument("--ssl-keyfile", help="... and this private key (PEM)")
     s.set_defaults(func=_serve)
 
     s = sub.add_parser("pacs", help="start a local Orthanc PACS (DICOMweb on 127.0.0.1), load DICOM series into it "
-                       "and, with --serve, the MONAI Label server against it; Ctrl-C stops both")
+                       "and, with --serve, the MONAI Label server against it; Ctrl-C stops both. `pacs push`: store "
+                       "the labels the PACS did not take (kept pending by the server) now")
+    s.add_argument("action", nargs="?", choices=["start", "push"], default="start",
+                   help="start (default): the local PACS; push: the server's pending labels for --studies, as SEG")
+    s.add_argument("--studies", help="push: the PACS's DICOMweb URL, as given to the server (default the local "
+                   "PACS on --port)")
+    s.add_argument("--cache", help="push: the server's MONAI_LABEL_DICOMWEB_CACHE_PATH, if it set one")
     s.add_argument("--folder", help="Orthanc's settings, storage and log (default .pacs)")
     s.add_argument("--port", type=int, default=8042, help="Orthanc HTTP port (default 8042)")
     s.add_argument("--load", action="append", metavar="DIR", help="store every .dcm under DIR, repeatable")
@@ -278,6 +348,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--server-port", type=int, default=8000)
     s.add_argument("--conf", nargs=2, action="append", metavar=("KEY", "VALUE"), help="more app --conf options")
     s.set_defaults(func=_pacs)
+
+    s = sub.add_parser("users", help="the server's local users (log-in beyond loopback): add, list, remove",
+                       description="Users for the server's own log-in (MONAI Label's /auth/token flow, used when the "
+                       "server listens beyond loopback or with --conf auth on). Passwords are stored as scrypt "
+                       "hashes in <app>/users.json (mode 0600). Roles: annotator (infer, save labels), reviewer "
+                       "(also 'final' labels), admin (also train, batch, delete).")
+    s.add_argument("action", choices=["add", "list", "remove"])
+    s.add_argument("name", nargs="?")
+    s.add_argument("--role", choices=["annotator", "reviewer", "admin"])
+    s.add_argument("--app", help="the server's app folder (default apps/rocm_zoo)")
+    s.add_argument("--users-file", help="another user file (the server's --conf users_file)")
+    s.add_argument("--password-stdin", action="store_true", help="read the password from one line of stdin")
+    s.add_argument("--replace", action="store_true", help="add: change an existing user's password and role")
+    s.set_defaults(func=_users)
 
     s = sub.add_parser("env", help="print the detected backend and the environment it wants")
     s.add_argument("--device", default="auto")

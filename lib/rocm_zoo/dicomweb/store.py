@@ -11,13 +11,21 @@ do not fetch and convert it again; a series that is not a CT volume is refused f
 a PACS that is down or a series deleted mid-session is a clear error (503 after retries / 404), never a stale image.
 
 Each stage a request spends here (fetch series, convert, encode SEG, store) is timed into `request_stages`.
+
+No label is lost: a label is checked (readable, integer, the series' grid) and saved in the local cache first
+(atomically); if it cannot be stored as SEG (a series that DICOM SEG cannot describe, e.g. without a Frame of Reference
+UID) or the PACS does not take it, a copy is kept in the pending folder next to the cache (`<cache>/pending-seg/`)
+and the request gets a 4xx (503 for a PACS that is down) with the reason. `rocm-zoo pacs push` stores the pending
+labels once the cause is fixed (`push_pending`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pathlib
+import re
 import shutil
 import threading
 import time
@@ -39,7 +47,10 @@ from monailabel.interfaces.datastore import DefaultLabelTag
 from rocm_zoo.dicomweb import dicom_seg
 
 from rocm_zoo.server import request_stages
-from rocm_zoo.errors import ImageNotFound, PacsUnavailable
+from rocm_zoo.server.access import check_name
+from rocm_zoo.server.datastore import AtomicLocalDatastore, atomic_copy, atomic_write_text
+from rocm_zoo.server.uploads import check_label
+from rocm_zoo.errors import ImageNotFound, InvalidRequest, PacsUnavailable
 from rocm_zoo.dicomweb.series_cache import SeriesCache, series_signature
 from rocm_zoo.dicomweb.series_check import check_series
 from rocm_zoo.engine.volume_check import first_line
@@ -50,6 +61,16 @@ SEG_TAGS = (DefaultLabelTag.ORIGINAL.value, DefaultLabelTag.FINAL.value)
 PACS_ATTEMPTS = 3  # a PACS restarting answers within a second or two
 PACS_RETRY_S = 0.5
 LabelsOf = Callable[[str], Mapping[str, int]]  # model name -> {label name: label value}
+PENDING_DIR = "pending-seg"
+_UID = re.compile(r"^[0-9][0-9.]{0,63}$")
+
+
+class SegNotStored(InvalidRequest):
+    """The label was kept locally (pending) but cannot be stored in the PACS as DICOM SEG; the reason says why."""
+
+
+class PacsDownLabelKept(PacsUnavailable):
+    """The PACS did not take the SEG; the label is kept locally (pending) for `rocm-zoo pacs push`."""
 
 
 def label_colour(name: str) -> tuple[int, int, int]:
@@ -76,7 +97,7 @@ def read_label(path: str) -> tuple[np.ndarray, np.ndarray]:
     return array, np.diag([-1.0, -1.0, 1.0, 1.0]) @ lps
 
 
-class SegDicomWebDatastore(DICOMWebDatastore):
+class SegDicomWebDatastore(AtomicLocalDatastore, DICOMWebDatastore):
     def __init__(self, client, labels_of: LabelsOf, cache_path: str | None = None, search_filter: Dict | None = None,
                  max_cache_bytes: int = 8 << 30):
         super().__init__(client=client, search_filter=search_filter or settings.MONAI_LABEL_DICOMWEB_SEARCH_FILTER,
@@ -93,6 +114,8 @@ class SegDicomWebDatastore(DICOMWebDatastore):
         return os.path.realpath(os.path.join(self._datastore.image_path(), f"{image_id}.nii.gz"))
 
     def get_image_uri(self, image_id: str) -> str:
+        if not isinstance(image_id, str) or not _UID.match(image_id):  # never a query the PACS would refuse
+            raise ImageNotFound(f"Series '{str(image_id)[:80]}' is not in the PACS (not a DICOM UID)")
         with request_stages.timed("fetch_series"):  # a cached series costs its look-up here, nothing else
             signature = self.series_signature(image_id)
         nifti = self.nifti_path(image_id)
@@ -168,29 +191,64 @@ class SegDicomWebDatastore(DICOMWebDatastore):
         elif os.path.exists(self.nifti_path(image_id)):
             os.unlink(self.nifti_path(image_id))
 
+    @property
+    def pending_dir(self) -> pathlib.Path:
+        return pathlib.Path(self._datastore_path) / PENDING_DIR
+
     def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: Dict[str, Any],
                    label_id: str = "") -> str:
+        """Checked, kept locally (atomically), then stored in the PACS as SEG; a SEG that cannot be made or stored
+        leaves the label in the pending folder and raises SegNotStored (422) or PacsDownLabelKept (503)."""
+        check_name(label_tag, "label tag")
         image_uri = self.get_image_uri(image_id)  # the source series is on disk from here on
         converted = ""
         if "".join(pathlib.Path(label_filename).suffixes) == ".bin":
             converted = label_filename = binary_to_image(image_uri, label_filename)
         label_info = dict(label_info or {})
         try:
-            if label_tag in SEG_TAGS:
-                label_info.update(self.store_seg(image_id, label_filename, label_info))
-            return LocalDatastore.save_label(self, image_id, label_filename, label_tag, label_info)
+            check_label(label_filename, image_uri)
+            saved = self._save_label_atomic(image_id, label_filename, label_tag, label_info)
+            if label_tag in SEG_TAGS and not read_label(label_filename)[0].any():
+                logger.info("label of %s (tag %s) is all background: kept locally only (a SEG needs a segment)",
+                            image_id, label_tag)
+            elif label_tag in SEG_TAGS:
+                segments = self.segments_of(label_info)
+                try:
+                    stored = self.store_seg(image_id, label_filename, label_info, segments)
+                except (dicom_seg.SegError, ValueError, AttributeError, KeyError, TypeError, IndexError) as e:
+                    self.keep_pending(image_id, label_filename, label_tag, label_info, segments, first_line(e))
+                    raise SegNotStored(f"The label of series {image_id} was kept on the server (pending) but cannot "
+                                       f"be stored in the PACS as DICOM SEG: {first_line(e)}. Fix the series, then "
+                                       "run `rocm-zoo pacs push`.") from e
+                except (requests.RequestException, PacsUnavailable) as e:
+                    self.keep_pending(image_id, label_filename, label_tag, label_info, segments, first_line(e))
+                    raise PacsDownLabelKept(f"The PACS did not store the label of series {image_id} "
+                                            f"({first_line(e)}); it was kept on the server (pending). Run "
+                                            "`rocm-zoo pacs push` once the PACS is back.") from e
+                self._forget_pending(image_id, label_tag)  # a newer label made it: an older pending one is stale
+                obj = self._datastore.objects.get(image_id)
+                if obj is not None and label_tag in obj.labels:
+                    obj.labels[label_tag].info.update(stored)
+                    self._update_datastore_file()
+            return saved
         finally:
             if converted and os.path.exists(converted):
                 os.unlink(converted)
 
-    def store_seg(self, image_id: str, label_filename: str, label_info: Dict[str, Any]) -> Dict[str, Any]:
-        """Encodes the label as DICOM SEG against its series and stores it in the PACS; returns what to remember."""
+    def segments_of(self, label_info: Dict[str, Any]) -> dict[int, dicom_seg.Segment]:
         model = str(label_info.get("model") or "")
         segments = segments_for(self._labels_of(model) if model else {})
         for item in label_info.get("label_info") or []:  # names a viewer sent with a `final` label
             if isinstance(item, dict) and item.get("name") and item.get("idx") is not None:
                 rgb = tuple(item.get("color") or label_colour(item["name"]))[:3]
                 segments[int(item["idx"])] = dicom_seg.Segment(int(item["idx"]), str(item["name"]), rgb)
+        return segments
+
+    def store_seg(self, image_id: str, label_filename: str, label_info: Dict[str, Any],
+                  segments: dict[int, dicom_seg.Segment] | None = None) -> Dict[str, Any]:
+        """Encodes the label as DICOM SEG against its series and stores it in the PACS; returns what to remember."""
+        model = str(label_info.get("model") or "")
+        segments = self.segments_of(label_info) if segments is None else segments
         folder = self.series_dir(image_id)
         with request_stages.timed("encode_seg"):
             source = [pydicom.dcmread(os.path.join(folder, f), stop_before_pixels=True)
@@ -205,9 +263,98 @@ class SegDicomWebDatastore(DICOMWebDatastore):
         return {"SeriesInstanceUID": str(seg.SeriesInstanceUID), "StudyInstanceUID": str(seg.StudyInstanceUID),
                 "segments": [str(s.SegmentLabel) for s in seg.SegmentSequence]}
 
+    # --- labels the PACS did not take -------------------------------------------------------------------------------
+
+    def keep_pending(self, image_id: str, label_filename: str, tag: str, label_info: Dict[str, Any],
+                     segments: dict[int, dicom_seg.Segment], reason: str) -> pathlib.Path:
+        """The label and what its SEG needs, in pending-seg/<series>/<tag>/ (label first, meta.json last: an entry
+        without meta.json is incomplete and ignored). One entry per series and tag: the newest label counts."""
+        entry = self.pending_dir / image_id / tag
+        entry.mkdir(parents=True, exist_ok=True)
+        ext = "".join(pathlib.Path(label_filename).suffixes) or ".nii.gz"
+        for old in entry.glob("label.*"):
+            if old.name != f"label{ext}":
+                old.unlink()
+        atomic_copy(label_filename, str(entry / f"label{ext}"))
+        meta = {"image_id": image_id, "tag": tag, "label": f"label{ext}", "reason": reason, "ts": time.time(),
+                "label_info": json.loads(json.dumps(label_info, default=str)),
+                "segments": [[s.value, s.name, list(s.rgb)] for s in segments.values()]}
+        atomic_write_text(str(entry / "meta.json"), json.dumps(meta, indent=2))
+        logger.warning("label of %s (tag %s) kept pending for the PACS: %s", image_id, tag, reason)
+        return entry
+
+    def _forget_pending(self, image_id: str, tag: str) -> None:
+        entry = self.pending_dir / image_id / tag
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+
+    def pending(self, folder: pathlib.Path | None = None) -> list[dict]:
+        """The complete entries of a pending folder (default this store's)."""
+        out = []
+        for meta_file in sorted(pathlib.Path(folder or self.pending_dir).glob("*/*/meta.json")):
+            try:
+                meta = json.loads(meta_file.read_text())
+            except (OSError, ValueError):
+                continue
+            meta["entry"] = str(meta_file.parent)
+            out.append(meta)
+        return out
+
+    def push_pending(self, folder: pathlib.Path | None = None) -> list[dict]:
+        """Stores every label of a pending folder (default this store's; `rocm-zoo pacs push` passes the server's,
+        with a store of its own cache) in the PACS as SEG, the series fetched afresh; returns one result per label:
+        image_id, tag, ok, reason (and the SEG series when stored). A label that fails again stays pending."""
+        results = []
+        for meta in self.pending(folder):
+            entry = pathlib.Path(meta["entry"])
+            image_id, tag = meta["image_id"], meta["tag"]
+            segments = {int(v): dicom_seg.Segment(int(v), str(n), tuple(rgb)) for v, n, rgb in meta["segments"]}
+            try:
+                self.series_cache.forget(image_id)  # the series may have been fixed in the PACS meanwhile
+                self.get_image_uri(image_id)
+                stored = self.store_seg(image_id, str(entry / meta["label"]), meta.get("label_info") or {}, segments)
+            except Exception as e:
+                results.append({"image_id": image_id, "tag": tag, "ok": False, "reason": first_line(e)})
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+            results.append({"image_id": image_id, "tag": tag, "ok": True, "reason": "",
+                            "SeriesInstanceUID": stored["SeriesInstanceUID"]})
+        return results
+
+
+def pending_folder(url: str, cache_path: str | None = None) -> pathlib.Path:
+    """Where the server started with `--studies url` keeps labels the PACS did not take (the same cache rules as
+    MONAI Label: MONAI_LABEL_DICOMWEB_CACHE_PATH or ~/.cache/monailabel/dicom, one folder per PACS URL)."""
+    from monailabel.utils.others.generic import md5_digest
+
+    cache = cache_path or (settings.MONAI_LABEL_DICOMWEB_CACHE_PATH or "").strip()
+    base = pathlib.Path(cache) if cache else pathlib.Path.home() / ".cache" / "monailabel" / "dicom"
+    return base / md5_digest(url.rstrip("/")) / PENDING_DIR
+
+
+def push(url: str, cache_path: str | None = None) -> list[dict]:
+    """`rocm-zoo pacs push`: the pending labels of the server for `url`, stored in the PACS now. The series are
+    fetched into a temporary cache of this process, so a running server's cache is left alone."""
+    import tempfile
+
+    folder = pending_folder(url, cache_path)
+    with tempfile.TemporaryDirectory(prefix="rocm_zoo-push-") as tmp:
+        store = _open(url, lambda model: {}, tmp, 1 << 30)
+        try:
+            return store.push_pending(folder)
+        finally:
+            observer = getattr(store, "_observer", None)
+            if observer is not None:
+                observer.stop()
+
 
 def from_url(url: str, labels_of: LabelsOf, cache_gb: float = 8.0) -> SegDicomWebDatastore:
     """The datastore for `--studies http(s)://.../dicom-web` (MONAI Label's prefixes, user and cache settings)."""
+    cache = (settings.MONAI_LABEL_DICOMWEB_CACHE_PATH or "").strip() or None
+    return _open(url, labels_of, cache, int(cache_gb * (1 << 30)))
+
+
+def _open(url: str, labels_of: LabelsOf, cache: str | None, max_bytes: int) -> SegDicomWebDatastore:
     from dicomweb_client.session_utils import create_session_from_user_pass
 
     session = None
@@ -220,5 +367,4 @@ def from_url(url: str, labels_of: LabelsOf, cache_gb: float = 8.0) -> SegDicomWe
     # dicomweb_client retries every exception 5 times with exponential waits (30 s for a PACS that is down); the
     # store retries itself, briefly, and then says so.
     client.set_http_retry_params(retry=False)
-    cache = (settings.MONAI_LABEL_DICOMWEB_CACHE_PATH or "").strip() or None
-    return SegDicomWebDatastore(client, labels_of, cache_path=cache, max_cache_bytes=int(cache_gb * (1 << 30)))
+    return SegDicomWebDatastore(client, labels_of, cache_path=cache, max_cache_bytes=max_bytes)

@@ -7,7 +7,6 @@ MONAI Label loads `<app>/main.py`, which is `app_main.py` of this package (a sym
 `rocm_zoo`.
 """
 
-import os
 import sys
 import time
 
@@ -15,10 +14,10 @@ from monailabel.config import settings
 from monailabel.interfaces.app import MONAILabelApp
 
 from rocm_zoo import __version__
-from rocm_zoo.errors import ImageNotFound, ModelNotFound
 from rocm_zoo.engine.scheduler import Priority
-from rocm_zoo.server import batch_routes, http_errors, request_stages, routes
-from rocm_zoo.server.batch import BatchRunner, InProcessEngine, save_study_label, select_images
+from rocm_zoo.errors import InvalidRequest, ModelNotFound
+from rocm_zoo.server import access, auth, batch_routes, http_errors, request_stages, routes, uploads
+from rocm_zoo.server.batch import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.server.datastore import CheckedLocalDatastore
 from rocm_zoo.server.request_queue import RequestService
 from rocm_zoo.server.zoo import Zoo
@@ -70,10 +69,16 @@ class MyApp(MONAILabelApp):
                 running={Priority.INTERACTIVE: INTERACTIVE_AT_ONCE, Priority.AUTOMATIC: AUTOMATIC_AT_ONCE},
                 waiting={Priority.INTERACTIVE: conf.max_queued_clicks, Priority.AUTOMATIC: conf.max_queued_requests})
             routes.install(web, self.request_service, self._task_type, self.zoo.readiness)
+            uploads.install_body_limit(web, self.zoo.config.max_upload_mb)
+            auth.restrict_cors(web, self.zoo.config.cors_origins)
+            auth.install_label_route(web)
             # Batch inference in this process, with the warm models (MONAI Label's would start a new process), or on
             # Ray workers with `--conf batch_engine ray`.
-            self.batch_runner = BatchRunner(self._batch_engine(), lambda s: select_images(self.datastore(), s))
+            self.batch_runner = BatchRunner(self._batch_engine(), lambda s: select_images(self.datastore(), s),
+                                            check_ids=lambda ids: access.check_ids(ids, self.datastore()))
             batch_routes.install(web, self.batch_runner, lambda: list(self._infers))
+            # Log in beyond loopback (local users or Keycloak); after every route of ours exists, so roles apply.
+            self.auth_mode = auth.install(web, self.zoo.config, self.app_dir)
         if self.zoo.config.warmup:
             self.zoo.warm()
         super().on_init_complete()
@@ -104,13 +109,20 @@ class MyApp(MONAILabelApp):
             raise ModelNotFound(f"There is no model '{model}'. {why}")
         image = request.get("image")
         store = datastore or self.datastore()
+        if request.get("save_label") and request.get("label_tag", "original") in PROTECTED_TAGS:
+            raise InvalidRequest("A model's label is never saved under 'final' (the tag of labels people saved); "
+                                 "use another label_tag")
         start = time.perf_counter()
         with request_stages.recording() as stages:  # fetch series, convert, encode SEG, store: timed by the store
-            if isinstance(image, str) and image and not os.path.exists(image) and not store.get_image_uri(image):
-                raise ImageNotFound(f"Image '{image}' is not in the datastore")
+            # A datastore id (or a series of the PACS), never a server path unless allow_local_paths.
+            access.check_image(image, store, self.zoo.config.allow_local_paths, self._session_dirs())
             result = super().infer(request, datastore)
         request_stages.report(result, stages, time.perf_counter() - start, model, str(image))
         return result
+
+    def _session_dirs(self) -> list[str]:
+        sessions = self.sessions()
+        return [getattr(sessions, "store_path", "")] if sessions else []
 
     def info(self):
         meta = super().info()

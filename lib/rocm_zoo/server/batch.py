@@ -153,9 +153,11 @@ class InProcessEngine:
 class BatchRunner:
     """One batch at a time per server. `select` turns a selection (all, labeled, unlabeled) into image ids."""
 
-    def __init__(self, engine: BatchEngine, select: Callable[[str], list[str]]):
+    def __init__(self, engine: BatchEngine, select: Callable[[str], list[str]],
+                 check_ids: Callable[[list], list[str]] | None = None):
         self.engine = engine
         self._select = select
+        self._check_ids = check_ids  # image_ids -> the same ids, or an error (unknown id, not a list)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.current: BatchRun | None = None
@@ -166,6 +168,8 @@ class BatchRunner:
         check_tag(tag)
         if not image_ids and selection not in SELECTIONS:
             raise InvalidRequest(f"images must be one of {', '.join(SELECTIONS)}, not '{selection}'")
+        if image_ids and self._check_ids is not None:
+            image_ids = self._check_ids(image_ids)
         images = list(image_ids) if image_ids else self._select(selection)
         with self._lock:
             if self.running():

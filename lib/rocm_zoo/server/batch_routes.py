@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from fastapi import Body, FastAPI
+from fastapi import Body, Depends, FastAPI
+from monailabel.config import settings
+from monailabel.endpoints.user.auth import RBAC, User
 
 from rocm_zoo.errors import ModelNotFound
 from rocm_zoo.server.batch import BatchRunner
@@ -23,8 +25,8 @@ def install(app: FastAPI, runner: BatchRunner, models: Callable[[], list[str]]) 
     before = len(app.router.routes)
 
     @app.post("/batch/infer/{model}", summary="Run batch inference in the server process (warm models)")
-    def run(model: str, images: str = "all", run_sync: bool = False,
-            params: Optional[dict] = Body(None)) -> dict[str, Any]:
+    def run(model: str, images: str = "all", run_sync: bool = False, params: Optional[dict] = Body(None),
+            user: User = Depends(RBAC(settings.MONAI_LABEL_AUTH_ROLE_ADMIN))) -> dict[str, Any]:
         if model not in models():
             raise ModelNotFound(f"There is no model '{model}'. Known models: {', '.join(models())}")
         params = {k: v for k, v in (params or {}).items() if k not in _SUBPROCESS_KEYS}
@@ -36,13 +38,13 @@ def install(app: FastAPI, runner: BatchRunner, models: Callable[[], list[str]]) 
         return batch.progress()
 
     @app.get("/batch/infer", summary="Progress of the current batch (all=true: every batch since start-up)")
-    def status(all: bool = False) -> Any:
+    def status(all: bool = False, user: User = Depends(RBAC(settings.MONAI_LABEL_AUTH_ROLE_USER))) -> Any:
         if all:
             return [b.progress() for b in runner.history]
         return runner.current.progress() if runner.current else {}
 
     @app.delete("/batch/infer", summary="Stop the current batch after the study it is on")
-    def stop() -> dict[str, Any]:
+    def stop(user: User = Depends(RBAC(settings.MONAI_LABEL_AUTH_ROLE_ADMIN))) -> dict[str, Any]:
         batch = runner.stop()
         return batch.progress() if batch else {}
 

@@ -12,6 +12,7 @@ from rocm_zoo.registry import select_models
 # Keys MONAI Label itself reads from --conf; accepted and left to it.
 MONAILABEL_KEYS = ("server_mode",)
 BATCH_ENGINES = ("inprocess", "ray")
+AUTH_MODES = ("auto", "on", "off")  # auto: on as soon as the server listens beyond loopback
 
 
 def _bool(key: str, value: str | bool) -> bool:
@@ -38,6 +39,12 @@ class AppConfig:
     request_timeout_s: float = 600.0  # a request not answered by then gets 504 and its remaining work is dropped
     max_queued_clicks: int = 32  # interactive requests waiting; one more gets 503 with Retry-After
     max_queued_requests: int = 8  # automatic (single-study) requests waiting; one more gets 503 with Retry-After
+    allow_local_paths: bool = False  # requests may name a server file instead of a datastore id (single-user only)
+    max_upload_mb: float = 2048.0  # largest request body (image or label upload) in MiB
+    auth: str = "auto"  # auto (on beyond loopback), on, off; Keycloak (MONAI_LABEL_AUTH_ENABLE) wins when set
+    users_file: str = ""  # local users (rocm-zoo users); "" is <app>/users.json
+    token_hours: float = 12.0  # lifetime of a login token
+    cors_origins: tuple[str, ...] = ()  # browser origins (viewers served elsewhere) allowed to call the API
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> AppConfig:
@@ -55,9 +62,15 @@ class AppConfig:
             batch_engine=_choice(conf, "batch_engine", BATCH_ENGINES, cls.batch_engine),
             ray_address=conf.get("ray_address", cls.ray_address),
             ray_workers=_count(conf, "ray_workers", cls.ray_workers),
-            request_timeout_s=_seconds(conf, "request_timeout_s", cls.request_timeout_s),
+            request_timeout_s=_positive(conf, "request_timeout_s", cls.request_timeout_s),
             max_queued_clicks=_count(conf, "max_queued_clicks", cls.max_queued_clicks),
             max_queued_requests=_count(conf, "max_queued_requests", cls.max_queued_requests),
+            allow_local_paths=_bool("allow_local_paths", conf.get("allow_local_paths", "false")),
+            max_upload_mb=_positive(conf, "max_upload_mb", cls.max_upload_mb),
+            auth=_choice(conf, "auth", AUTH_MODES, cls.auth),
+            users_file=conf.get("users_file", cls.users_file),
+            token_hours=_positive(conf, "token_hours", cls.token_hours),
+            cors_origins=_origins(conf.get("cors_origins", "")),
         )
 
 
@@ -72,15 +85,29 @@ def _count(conf: dict[str, str], key: str, default: int) -> int:
     return _non_negative(conf, key, default, int, "a whole number")
 
 
-def _seconds(conf: dict[str, str], key: str, default: float) -> float:
-    value = _non_negative(conf, key, default, float, "a number of seconds")
-    if value == 0:
-        raise ConfigError(f"--conf {key} takes a number of seconds > 0, not '{conf[key]}'")
+def _gigabytes(conf: dict[str, str], key: str, default: float) -> float:
+    return _non_negative(conf, key, default, float, "a finite number")
+
+
+def _positive(conf: dict[str, str], key: str, default: float) -> float:
+    value = _non_negative(conf, key, default, float, "a finite number")
+    if value <= 0:
+        raise ConfigError(f"--conf {key} takes a number > 0, not '{conf[key]}'")
     return value
 
 
-def _gigabytes(conf: dict[str, str], key: str, default: float) -> float:
-    return _non_negative(conf, key, default, float, "a finite number")
+def _origins(value: str) -> tuple[str, ...]:
+    """A comma list of browser origins (scheme://host[:port]); '*' is refused: any web page could then use a
+    logged-in viewer's token."""
+    out = []
+    for origin in (o.strip().rstrip("/") for o in str(value).split(",")):
+        if not origin:
+            continue
+        if origin == "*" or not origin.startswith(("http://", "https://")) or "/" in origin.split("://", 1)[1]:
+            raise ConfigError(f"--conf cors_origins takes a comma list of origins like https://viewer.example:3000, "
+                              f"not '{origin}'")
+        out.append(origin)
+    return tuple(dict.fromkeys(out))
 
 
 def _non_negative(conf: dict[str, str], key: str, default, parse, kind: str):

@@ -1,7 +1,18 @@
-"""MONAI Label's local datastore, refusing uploads that are not readable volumes and writing labels atomically."""
+"""MONAI Label's local datastore, refusing uploads that are not readable volumes and never losing or tearing a label.
+
+Every file the datastore writes (an uploaded image, a label, its index `datastore_v2.json`) is written to a temporary
+file next to its place, flushed to disk and renamed over it, and the index is updated last: a reader, a crash or a
+`kill -9` sees the old file or the new one, never half of one. A label file written before a crash but not yet in the
+index is picked up by MONAI Label's reconciliation at the next start; leftover temporary files are removed then, and
+an index that cannot be read (written by an older, non-atomic server) is set aside and rebuilt from the files.
+
+Labels are checked before they are stored (`uploads.check_label`: readable, integer values, the image's grid), and
+ids and tags must be plain names (they become file names).
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -12,49 +23,153 @@ from typing import Any, Dict
 
 from filelock import FileLock
 from monailabel.config import settings
-from monailabel.datastore.local import DataModel, LocalDatastore
+from monailabel.datastore.local import DataModel, ImageLabelModel, LocalDatastore
 from monailabel.interfaces.exception import ImageNotFoundException
 
 from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.engine.volume_check import check_volume
+from rocm_zoo.server.access import check_name
+from rocm_zoo.server.uploads import check_label
 
 logger = logging.getLogger(__name__)
 
+PARTIAL = ".partial-"  # temporary files are named .<name>.partial-XXXX next to their destination
 
-class CheckedLocalDatastore(LocalDatastore):
-    def add_image(self, image_id: str, image_filename: str, image_info: Dict[str, Any]) -> str:
-        check_volume(image_filename, image_info.get("name") or image_filename)
-        return super().add_image(image_id, image_filename, image_info)
 
-    def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: Dict[str, Any]) -> str:
-        """MONAI Label's save_label, except that the label file is copied next to its destination first and then
-        renamed over it: a reader (or a crash) never sees half a label, and an existing label stays whole until the
-        new one is complete."""
+def atomic_copy(src: str, dest: str) -> None:
+    """Copies src to dest through a temporary file in dest's folder, fsync, rename: dest is old or new, never torn."""
+    folder = os.path.dirname(dest) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dest)}{PARTIAL}", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
+            shutil.copyfileobj(inp, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dest)
+        _fsync_dir(folder)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def atomic_write_text(dest: str, text: str) -> None:
+    folder = os.path.dirname(dest) or "."
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dest)}{PARTIAL}", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dest)
+        _fsync_dir(folder)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class AtomicLocalDatastore:
+    """Mixin over MONAI Label's LocalDatastore (or a subclass of it): atomic index, images and labels; recovery from
+    a crash at start."""
+
+    def _init_from_datastore_file(self, throw_exception=False):
+        try:
+            return super()._init_from_datastore_file(throw_exception=True)
+        except ValueError as e:  # torn or corrupt index: the files are the truth, reconciliation rebuilds it
+            aside = f"{self._datastore_config_path}.unreadable-{int(time.time())}"
+            logger.error("datastore index %s cannot be read (%s); set aside as %s and rebuilt from the files",
+                         os.path.basename(self._datastore_config_path), str(e).splitlines()[0][:200],
+                         os.path.basename(aside))
+            os.replace(self._datastore_config_path, aside)
+            self._config_ts = 0
+
+    def _reconcile_datastore(self):
+        self._remove_partials()
+        return super()._reconcile_datastore()
+
+    def _remove_partials(self) -> None:
+        base = Path(self._datastore.image_path())
+        folders = [base, Path(self._datastore_path)]
+        labels = Path(self._datastore.label_path(None))
+        if labels.is_dir():
+            folders += [labels] + [p for p in labels.iterdir() if p.is_dir()]
+        for folder in dict.fromkeys(folders):
+            for leftover in folder.glob(f".*{PARTIAL}*"):
+                logger.warning("removing %s, left by a save that did not finish", leftover.name)
+                leftover.unlink(missing_ok=True)
+
+    def _update_datastore_file(self, lock=True):
+        def write():
+            self._ignore_event_config = True
+            text = json.dumps(self._datastore.model_dump(exclude={"base_path"}), indent=2, default=str)
+            atomic_write_text(self._datastore_config_path, text)
+            self._config_ts = os.stat(self._datastore_config_path).st_mtime
+
+        if lock:
+            with FileLock(self._lock_file):
+                write()
+        else:
+            write()
+
+    def _save_label_atomic(self, image_id: str, label_filename: str, label_tag: str,
+                           label_info: Dict[str, Any]) -> str:
+        """MONAI Label's save_label, except that the label file is written atomically and the index after it."""
         obj = self._datastore.objects.get(image_id)
         if not obj:
             raise ImageNotFoundException(f"Image {image_id} not found")
+        check_name(label_tag, "label tag")
         _, label_ext = self._to_id(os.path.basename(label_filename))
         label_path = self._datastore.label_path(label_tag)
         name = self._filename(image_id, label_ext)
         with FileLock(self._lock_file):
-            os.makedirs(label_path, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=label_path)
-            os.close(fd)
-            try:
-                shutil.copyfile(label_filename, tmp)
-                os.replace(tmp, os.path.join(label_path, name))
-            finally:
-                if os.path.exists(tmp):
-                    os.remove(tmp)
+            atomic_copy(label_filename, os.path.join(label_path, name))
+            previous = obj.labels.get(label_tag)
             label_info = dict(label_info or {}, ts=int(time.time()), name=name)
             obj.labels[label_tag] = DataModel(info=label_info, ext=label_ext)
             self._update_datastore_file(lock=False)
+            if previous is not None and previous.ext != label_ext:  # the new format replaced the old file's place
+                old = os.path.join(label_path, self._filename(image_id, previous.ext))
+                if os.path.exists(old):
+                    os.remove(old)
         logger.info("label for %s saved under tag '%s' (%s)", image_id, label_tag, name)
         return image_id
+
+
+class CheckedLocalDatastore(AtomicLocalDatastore, LocalDatastore):
+    def add_image(self, image_id: str, image_filename: str, image_info: Dict[str, Any]) -> str:
+        check_volume(image_filename, image_info.get("name") or image_filename)
+        derived, image_ext = self._to_id(os.path.basename(image_filename))
+        image_id = check_name(image_id or derived, "image id")
+        name = self._filename(image_id, image_ext)
+        with FileLock(self._lock_file):
+            atomic_copy(image_filename, os.path.join(self._datastore.image_path(), name))
+            image_info = dict(image_info or {}, ts=int(time.time()), name=name)
+            self._datastore.objects[image_id] = ImageLabelModel(image=DataModel(info=image_info, ext=image_ext))
+            self._update_datastore_file(lock=False)
+        return image_id
+
+    def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: Dict[str, Any]) -> str:
+        if image_id not in self._datastore.objects:
+            raise ImageNotFoundException(f"Image {image_id} not found")
+        check_label(label_filename, self.get_image_uri(image_id))
+        return self._save_label_atomic(image_id, label_filename, label_tag, label_info)
 
 
 def open_local(folder: Path) -> CheckedLocalDatastore:
     """A studies folder as the server opens it (same file types, labels under labels/<tag>/), without watching it."""
     if not Path(folder).is_dir():
-        raise InvalidRequest(f"studies folder {folder} does not exist")
+        raise InvalidRequest(f"studies folder {Path(folder).name} does not exist")
     return CheckedLocalDatastore(str(folder), extensions=settings.MONAI_LABEL_DATASTORE_FILE_EXT, auto_reload=False)

@@ -151,7 +151,8 @@ class OverlayBundleTask(BundleInferTask):
         if not isinstance(image, str) or not head:
             return super().run_pre_transforms(data, transforms)
         if not image or not os.path.isfile(image):
-            raise ImageNotFound(f"Image file '{image}' does not exist (removed from the datastore?)")
+            raise ImageNotFound(f"Image file '{os.path.basename(str(image))}' does not exist (removed from the "
+                                "datastore?)")
 
         def load() -> dict:
             # The file is read on the host; orientation, resampling and intensity scaling then run where the network
