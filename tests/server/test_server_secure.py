@@ -22,7 +22,8 @@ MAX_UPLOAD_MB = 4
 VIEWER = "https://viewer.example:3000"  # the one browser origin allowed (--conf cors_origins)
 IMAGE = "phantom_test0"
 # Routes that need no token: the log-in itself, and MONAI Label's documentation pages.
-OPEN = {("GET", "/auth/"), ("POST", "/auth/token")}
+# Open without a token: the log-in itself, and the health endpoints orchestrators probe.
+OPEN = {("GET", "/auth/"), ("POST", "/auth/token"), ("GET", "/health/live"), ("GET", "/health/ready")}
 ADMIN_ONLY = [("DELETE", "/datastore/image", {"id": IMAGE}), ("DELETE", "/datastore/label", {"id": IMAGE, "tag": "x"}),
               ("POST", "/batch/infer/wholeBody_ct", {}), ("DELETE", "/batch/infer", {}),
               ("POST", "/train/wholeBody_ct", {}), ("DELETE", "/train/", {}), ("GET", "/logs/", {}),
@@ -97,8 +98,10 @@ def test_every_route_refuses_no_wrong_or_expired_token(srv):
             assert r.status_code == 401, f"{method} {path} with {label}: {r.status_code} {r.text[:200]}"
             checked += 1
     assert checked > 120
-    # open without a token: the log-in, OHIF's static files
+    # open without a token: the log-in, OHIF's static files, health
     assert requests.get(f"{srv.url}/ohif/", timeout=30).status_code == 200
+    assert requests.get(f"{srv.url}/health/live", timeout=30).status_code == 200
+    assert requests.get(f"{srv.url}/health/ready", timeout=30).status_code in (200, 503)
 
 
 def test_roles(srv, tmp_path):
