@@ -83,8 +83,16 @@ class MyApp(MONAILabelApp):
             self.zoo.warm()
         super().on_init_complete()
 
-    def _task_type(self, model: str) -> str | None:
-        return getattr(self._infers.get(model), "type", None)
+    def _task_type(self, model: str) -> str:
+        """The model's MONAI Label type; an unknown model is refused here, before its request waits in any queue."""
+        self._check_model(model)
+        return self._infers[model].type
+
+    def _check_model(self, model: str) -> None:
+        if model not in self._infers:
+            known = ", ".join(self._infers)
+            why = self.zoo.missing.get(model, f"Known models: {known}")
+            raise ModelNotFound(f"There is no model '{model}'. {why}")
 
     def _labels_of(self, model: str) -> dict:
         labels = getattr(self._infers.get(model), "labels", None) or {}
@@ -103,10 +111,7 @@ class MyApp(MONAILabelApp):
 
     def infer(self, request, datastore=None):
         model = request.get("model")
-        if model not in self._infers:
-            known = ", ".join(self._infers)
-            why = self.zoo.missing.get(model, f"Known models: {known}")
-            raise ModelNotFound(f"There is no model '{model}'. {why}")
+        self._check_model(model)
         image = request.get("image")
         store = datastore or self.datastore()
         if request.get("save_label") and request.get("label_tag", "original") in PROTECTED_TAGS:

@@ -34,7 +34,7 @@ TRULY_ASYNC_MODULES = ("monailabel.endpoints.proxy",)
 INTERACTIVE_TYPES = ("deepedit", "deepgrow", "vista3d")
 
 
-def install(web: FastAPI, service: RequestService, task_type: Callable[[str], Optional[str]],
+def install(web: FastAPI, service: RequestService, task_type: Callable[[str], str],
             readiness: Callable[[], tuple[bool, dict[str, Any]]]) -> None:
     run_blocking_handlers_in_threads(web)
     _put_first(web, lambda: _install_infer(web, service, task_type))
@@ -93,7 +93,8 @@ def client_of(request: Request, params: dict, session_id: str) -> str:
     return request.client.host if request.client else "unknown"
 
 
-def _install_infer(web: FastAPI, service: RequestService, task_type: Callable[[str], Optional[str]]) -> None:
+def _install_infer(web: FastAPI, service: RequestService, task_type: Callable[[str], str]) -> None:
+    """`task_type(model)` raises ModelNotFound for a model the server does not serve: refused at once, not queued."""
     @web.post("/infer/{model}", tags=["Infer"], summary="Run inference (queued by class, round robin between clients)")
     async def api_run_inference(
         request: Request,
