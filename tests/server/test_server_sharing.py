@@ -13,7 +13,6 @@ import shutil
 import statistics
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import requests
