@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -17,12 +18,10 @@ import pytest
 from rocm_zoo.bench import load_report, load_stats
 from rocm_zoo.bench.load import organ_clicks, run_phase
 from rocm_zoo.bench.load_plan import LoadBenchError, Mix, Phase, Study, Targets, check_loopback, phases
-from rocm_zoo.bench.server_process import wait_warm
 from rocm_zoo.bench.server_resources import growth
 from rocm_zoo.engine.masks import central_voxel
 
 URL = "http://127.0.0.1:8000"
-WARM_TIMEOUT_S = 1800  # the shared server's background warm-ups, five tiny networks compiled on 2 shared CPU cores
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "http://127.3.4.5:9/", "http://localhost:8000",
@@ -174,23 +173,26 @@ def test_the_benchmark_process_never_imports_locust():
 
 
 @pytest.mark.slow
-def test_bench_load_against_the_server(server, sample_env, tmp_path):
-    """A short run of the CLI in a process of its own against the shared server, 15 s: one DeepEdit clinician, one
-    automatic requester, one bad requester and the monitor. The automatic model is spleen_deepedit_seg (one forward):
-    the tiny wholeBody_ct takes 40-60 s a request on 2 shared cores, longer than the run."""
-    # bench-load waits for every model to be warm; the shared server's automatic ones warm in the background for
-    # minutes on 2 shared cores, so that wait is the fixture's, not the timed run's
-    wait_warm(server, WARM_TIMEOUT_S)
+def test_bench_load_starts_a_server_and_loads_it(sample_env, tmp_path):
+    """The CLI in a process of its own, 15 s: it starts a server on the sample studies and tiny bundles with the
+    models the mix needs (spleen_deepedit: DeepEdit and its automatic twin, one network; the shared server's
+    background warm-ups of all five networks take 15+ minutes on 2 shared cores, which bench-load would wait for),
+    then one DeepEdit clinician, one automatic requester (spleen_deepedit_seg, one forward: the tiny wholeBody_ct
+    takes 40-60 s a request here), one bad requester and the monitor."""
     out = tmp_path / "load"
-    cmd = [sys.executable, "-m", "rocm_zoo.cli", "bench-load", "--url", server, "--truth", str(sample_env.paths.truth),
+    cmd = [sys.executable, "-m", "rocm_zoo.cli", "bench-load", "--app", str(sample_env.app_dir),
+           "--studies", str(sample_env.paths.studies), "--truth", str(sample_env.paths.truth), "--device", "cpu",
            "--deepedit", "1", "--vista3d", "0", "--automatic", "1", "--automatic-model", "spleen_deepedit_seg",
-           "--automatic-image", "phantom_test0",
-           "--bad", "1", "--image", "phantom_test1", "--think-time", "0.5", "--duration", "15",
-           "--request-timeout", "120", "--out", str(out)]
+           "--automatic-image", "phantom_test0", "--bad", "1", "--image", "phantom_test1", "--think-time", "0.5",
+           "--duration", "15", "--request-timeout", "120", "--out", str(out)]
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(sample_env.root / "inductor"))  # the shared server's cache
     started = time.time()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1000, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     record = json.loads((out / "load.json").read_text())
+    assert record["server"]["started_by_bench_load"] and record["server"]["pid"] > 0
+    assert set(record["server"]["warm"]) == {"spleen_deepedit", "spleen_deepedit_seg"}
+    assert "server.log" in os.listdir(out)
     mixed = record["phases"]["mixed"]
     series = mixed["series"]
     assert {"deepedit click", "automatic spleen_deepedit_seg", "GET /info/", "bad: unknown model",
