@@ -249,3 +249,9 @@ def test_error_answers_have_no_paths_or_traces():
         assert r.status_code == status, (path, r.status_code, r.text)
         assert "/srv/secret" not in r.text and "Traceback" not in r.text, r.text
     assert "ct_a.nii.gz" in client.get("/rocm").json()["detail"]  # the reason stays, with the file name
+
+
+def test_messages_keep_the_servers_own_routes():
+    msg = access.redact("batch b1 is still running; GET /batch/infer for its progress, DELETE /batch/infer to stop it")
+    assert "GET /batch/infer" in msg and "DELETE /batch/infer" in msg
+    assert access.redact("/datastore/../etc/shadow") == "shadow"

@@ -99,6 +99,17 @@ def shown(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# The server's own routes, which messages name for the client ("GET /batch/infer for its progress"): not server paths.
+API_ROUTES = ("activelearning", "auth", "batch", "datastore", "health", "infer", "info", "logs", "model", "ohif",
+              "proxy", "scoring", "session", "train")
+
+
 def redact(message: str) -> str:
-    """A message with every absolute server path replaced by its file name."""
-    return _PATHLIKE.sub(lambda m: os.path.basename(m.group(0).rstrip("/")) or "<path>", str(message))
+    """A message with every absolute server path replaced by its file name (the server's routes are kept)."""
+    def cut(m: re.Match) -> str:
+        path = m.group(0)
+        if path.split("/")[1] in API_ROUTES and ".." not in path:
+            return path
+        return os.path.basename(path.rstrip("/")) or "<path>"
+
+    return _PATHLIKE.sub(cut, str(message))
