@@ -38,27 +38,26 @@ PARTIAL = ".partial-"  # temporary files are named .<name>.partial-XXXX next to 
 
 def atomic_copy(src: str, dest: str) -> None:
     """Copies src to dest through a temporary file in dest's folder, fsync, rename: dest is old or new, never torn."""
-    folder = os.path.dirname(dest) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dest)}{PARTIAL}", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
+    def copy(out) -> None:
+        with open(src, "rb") as inp:
             shutil.copyfileobj(inp, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, dest)
-        _fsync_dir(folder)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+
+    _atomic_write(dest, "wb", copy, make_folder=True)
 
 
 def atomic_write_text(dest: str, text: str) -> None:
+    _atomic_write(dest, "w", lambda out: out.write(text))
+
+
+def _atomic_write(dest: str, mode: str, write, make_folder: bool = False) -> None:
+    """`write(file)` into a temporary file beside dest, flushed and fsynced, then renamed over dest."""
     folder = os.path.dirname(dest) or "."
+    if make_folder:
+        os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dest)}{PARTIAL}", dir=folder)
     try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
+        with os.fdopen(fd, mode) as out:
+            write(out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, dest)
