@@ -45,12 +45,14 @@ def test_a_changed_series_is_fetched_and_converted_again(pacs_server, local_pacs
     datasets = slice_datasets(ph)
     upload_datasets(local_pacs, datasets, tmp_path / "v1")
     _, series = series_uids(ph)
-    assert _infer(pacs_server.url, series).status_code == 200
+    r = _infer(pacs_server.url, series)
+    assert r.status_code == 200, r.text
     assert nib.load(pacs_server.converted(series)).shape[2] == 14
     # The PACS loses the top slice (a new version of the series): the next request sees 13 slices.
     hit = requests.post(f"{local_pacs.config.url}/tools/lookup", data=str(datasets[-1].SOPInstanceUID), timeout=30)
     requests.delete(f"{local_pacs.config.url}/instances/{hit.json()[0]['ID']}", timeout=30).raise_for_status()
-    assert _infer(pacs_server.url, series).status_code == 200
+    r = _infer(pacs_server.url, series)
+    assert r.status_code == 200, r.text
     assert nib.load(pacs_server.converted(series)).shape[2] == 13
 
 

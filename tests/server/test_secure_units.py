@@ -136,11 +136,16 @@ def test_a_crash_mid_save_leaves_a_consistent_datastore(tmp_path, store):
     _nii(tmp_path / "l.nii.gz", np.ones((12, 10, 6), np.uint8))
     store.save_label("ct_a", str(tmp_path / "l.nii.gz"), "final", {})
     orig = studies / "labels" / "original"
-    (orig / f".ct_a.nii.gz{PARTIAL}x1y2").write_bytes(b"\x1f\x8b half a label")
+    leftover = orig / f".ct_a.nii.gz{PARTIAL}x1y2"
+    leftover.write_bytes(b"\x1f\x8b half a label")
+    os.utime(leftover, (time.time() - 3600, time.time() - 3600))  # written by the server before the crash
+    in_progress = orig / f".ct_b.nii.gz{PARTIAL}z3w4"  # a save of this process, under way while it reconciles
+    in_progress.write_bytes(b"\x1f\x8b being written")
     _nii(orig / "ct_b.nii.gz", np.ones((12, 10, 6), np.uint8))  # renamed into place, index not yet written
     (studies / "datastore_v2.json").write_text('{"name": "new-dataset", "objects": {"ct_a": {"ima')  # torn
     reopened = CheckedLocalDatastore(str(studies), extensions=("*.nii.gz",))
-    assert not list(orig.glob(f".*{PARTIAL}*"))
+    assert list(orig.glob(f".*{PARTIAL}*")) == [in_progress]
+    in_progress.unlink()
     assert sorted(reopened.list_images()) == ["ct_a", "ct_b"]
     assert reopened.get_label_by_image_id("ct_a", "final") and reopened.get_label_by_image_id("ct_b", "original")
     assert json.loads((studies / "datastore_v2.json").read_text())["objects"]  # a whole index again

@@ -107,10 +107,13 @@ def test_a_click_during_a_background_compile_is_not_delayed_by_it(shared, sample
     assert len(during) >= 2 and (still_compiling or len(during) == 5), \
         f"the cold compile of wholeBody_ct ended after {len(during)} click(s): nothing was measured beside it"
     wait_for(lambda: warm_state(url, "wholeBody_ct").startswith("warm ("), "wholeBody_ct warm", timeout_s=900)
+    compile_s = float(warm_state(url, "wholeBody_ct").split("(")[1].split()[0])
     alone = statistics.median(click(url, STUDIES[0], sample_env, "alice") for _ in range(3))
-    # Beside a compiler the click shares the CPU cores (this machine's only "device"), but it does not wait for it: the
-    # whole compile takes tens of seconds here.
-    assert max(during[1:]) <= 2 * alone + 2.0, f"clicks during the compile {during}, alone {alone:.2f} s"
+    # Beside a compiler the click shares the CPU cores (this machine's only "device"; the compiler's threads take most
+    # of two cores: 4x slower clicks were seen in CI), but it never waits for the compile, which takes far longer.
+    slowest = max(during[1:])
+    assert slowest <= 4 * alone + 2.0 and slowest < compile_s / 4, \
+        f"clicks during the compile {during}, alone {alone:.2f} s, the compile {compile_s:.0f} s"
 
 
 def test_info_answers_and_a_click_goes_between_window_batches_of_a_long_request(shared, sample_env):

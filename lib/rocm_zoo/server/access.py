@@ -15,7 +15,7 @@ import re
 import tempfile
 from typing import Iterable
 
-from rocm_zoo.errors import ImageNotFound, InvalidRequest
+from rocm_zoo.errors import ImageNotFound, InvalidRequest, RocmZooError
 
 # What tempfile.NamedTemporaryFile(suffix=ext).name gives MONAI Label's upload routes: tmp + 8 characters + ext.
 _UPLOAD_NAME = re.compile(r"^tmp[a-z0-9_]{8}(\.[A-Za-z0-9]{1,8}){0,3}$")
@@ -35,14 +35,14 @@ def is_upload_temp(path: str) -> bool:
 
 
 def in_datastore(store, image_id: str) -> bool:
-    """Whether the datastore knows the id (for a PACS: the series exists there; that look-up may raise
-    ImageNotFound or PacsUnavailable itself)."""
+    """Whether the datastore knows the id (for a PACS: the series exists there; that look-up raises its own typed
+    error when it can say more: ImageNotFound, PacsUnavailable, or a series refused as not a CT volume)."""
     objects = getattr(getattr(store, "_datastore", None), "objects", None)
     if objects is not None and image_id in objects and not _is_dicomweb(store):
         return True
     try:
         return bool(store.get_image_uri(image_id))
-    except ImageNotFound:
+    except RocmZooError:
         raise
     except (OSError, ValueError, KeyError):
         return False

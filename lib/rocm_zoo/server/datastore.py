@@ -3,8 +3,8 @@
 Every file the datastore writes (an uploaded image, a label, its index `datastore_v2.json`) is written to a temporary
 file next to its place, flushed to disk and renamed over it, and the index is updated last: a reader, a crash or a
 `kill -9` sees the old file or the new one, never half of one. A label file written before a crash but not yet in the
-index is picked up by MONAI Label's reconciliation at the next start; leftover temporary files are removed then, and
-an index that cannot be read (written by an older, non-atomic server) is set aside and rebuilt from the files.
+index is picked up by MONAI Label's reconciliation at the next start; temporary files older than the process are
+removed then, and an index that cannot be read (written by an older, non-atomic server) is set aside and rebuilt from the files.
 
 Labels are checked before they are stored (`uploads.check_label`: readable, integer values, the image's grid), and
 ids and tags must be plain names (they become file names).
@@ -34,6 +34,9 @@ from rocm_zoo.server.uploads import check_label
 logger = logging.getLogger(__name__)
 
 PARTIAL = ".partial-"  # temporary files are named .<name>.partial-XXXX next to their destination
+# A temporary file older than this process was left by a save that did not finish; a newer one is a save in progress
+# (MONAI Label reconciles the datastore again on every file event, while this process may be writing).
+_STARTED = time.time()
 
 
 def atomic_copy(src: str, dest: str) -> None:
@@ -107,6 +110,11 @@ class AtomicLocalDatastore:
             folders += [labels] + [p for p in labels.iterdir() if p.is_dir()]
         for folder in dict.fromkeys(folders):
             for leftover in folder.glob(f".*{PARTIAL}*"):
+                try:
+                    if leftover.stat().st_mtime >= _STARTED:
+                        continue
+                except FileNotFoundError:  # that save just finished
+                    continue
                 logger.warning("removing %s, left by a save that did not finish", leftover.name)
                 leftover.unlink(missing_ok=True)
 
