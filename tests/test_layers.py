@@ -20,6 +20,7 @@ FORBIDDEN = {
     "server": {"scale", "samples", "bench"},
     "dicomweb": {"scale", "samples", "bench"},
     "scale": {"samples", "bench"},
+    "training": {"monailabel", "vista3d", "server", "dicomweb", "scale", "samples", "bench"},
     "samples": {"monailabel", "server", "dicomweb", "scale", "bench", "vista3d"},
 }
 # The app composes the server and picks the batch engine: it alone may import scale (lazily, for batch_engine ray).

@@ -4,6 +4,7 @@ Packages, by who needs them (dependencies point one way, down this list):
 - `registry`, `errors`: the one table of bundles and tasks; typed errors with their HTTP status. No torch.
 - `engine`: backend policy, bundle config + overlay, the warm network pool, caches. torch and MONAI only.
 - `vista3d`: VISTA3D's prompts, click mapping, predictor, window stitching, connected components.
+- `training`: a bundle's own train config run with the overlay at the scheduler's lowest class; checkpoints.
 - `server`: the MONAI Label layer (app composition, tasks, datastores, routes). Needs monailabel.
 - `dicomweb`: a DICOMweb PACS as the datastore; labels back as DICOM SEG.
 - `scale`: batch segmentation on Ray workers.

@@ -1,0 +1,2 @@
+"""The annotation loop's engine: a bundle's own train config run with the overlay, at the device scheduler's lowest
+class, and the checkpoints it produces. Knows nothing of MONAI Label: the server wraps it as train tasks and routes."""
