@@ -203,6 +203,17 @@ def _bench_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_train(args: argparse.Namespace) -> int:
+    from rocm_zoo.bench.train import run as run_train_bench
+    from rocm_zoo.engine.backend import normalise_device
+
+    record = run_train_bench(Path(args.model_dir), args.bundle, args.phantoms, args.epochs,
+                             normalise_device(args.device), Path(args.out), args.click_seconds)
+    print(json.dumps({k: v for k, v in record.items() if k in ("bundle", "speedup", "loss_agreement", "clicks")},
+                     indent=2))
+    return 0
+
+
 def _bench_ohif(args: argparse.Namespace) -> int:
     from rocm_zoo.bench.ohif import run_ohif_bench
 
@@ -436,6 +447,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="bench-out", help="folder for batch.json, batch.md (and the phantoms)")
     s.add_argument("--device", default="auto")
     s.set_defaults(func=_bench_batch)
+
+    s = sub.add_parser("bench-train", help="a bundle's train config: fp32 eager vs the training overlay (samples/s, "
+                       "loss curves), optionally DeepEdit clicks while it trains")
+    s.add_argument("--model-dir", required=True, help="folder holding the bundle (and spleen_deepedit_annotation for "
+                   "--click-seconds)")
+    s.add_argument("--bundle", required=True, choices=sorted(registry.BUNDLES), help="bundle folder name")
+    s.add_argument("--phantoms", type=int, default=6, help="phantoms with labels to train on; the last validates "
+                   "(default 6)")
+    s.add_argument("--epochs", type=int, default=3, help="epochs per run (default 3)")
+    s.add_argument("--click-seconds", type=float, default=0.0, help="then time DeepEdit clicks for this long alone "
+                   "and as long again during a training (default 0: skip)")
+    s.add_argument("--out", default="bench-out", help="folder for train_<bundle>.json and the phantoms")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=_bench_train)
 
     s = sub.add_parser("bench-ohif", help="OHIF 'Run' to segmentation shown, in headless Chromium against a local "
                        "Orthanc, first and repeated, with the server's per-stage split (CPU, tiny sample bundles)")

@@ -75,3 +75,9 @@ class WorkCancelled(RocmZooError):
     """The client went away; its work stopped at its next turn on the device. No client ever sees this answer."""
 
     status = 499
+
+
+class TrainingRunning(RocmZooError):
+    """A training is already running; MONAI Label answers a second train request with 429 too."""
+
+    status = 429

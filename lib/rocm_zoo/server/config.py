@@ -45,6 +45,7 @@ class AppConfig:
     users_file: str = ""  # local users (rocm-zoo users); "" is <app>/users.json
     token_hours: float = 12.0  # lifetime of a login token
     cors_origins: tuple[str, ...] = ()  # browser origins (viewers served elsewhere) allowed to call the API
+    train_device: str = ""  # where trainings run: "" the server's device (lowest priority there), or e.g. "cuda:1"
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> AppConfig:
@@ -71,6 +72,7 @@ class AppConfig:
             users_file=conf.get("users_file", cls.users_file),
             token_hours=_positive(conf, "token_hours", cls.token_hours),
             cors_origins=_origins(conf.get("cors_origins", "")),
+            train_device=conf.get("train_device", cls.train_device),
         )
 
 

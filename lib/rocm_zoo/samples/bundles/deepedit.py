@@ -132,6 +132,160 @@ def inference_config(size: str) -> dict:
     }
 
 
+def train_config(size: str) -> dict:
+    """The bundle's configs/train.json: the Model Zoo layout, keys, transforms, loss and optimiser (upstream 0.5.x), with
+    the network and input sized by `size`; tiny caches its few phantoms without worker threads."""
+    inference = inference_config(size)
+    both = ["image", "label"]
+    tiny = size == "tiny"
+
+    def dice(name: str) -> dict:
+        return {name: {"_target_": "MeanDice", "output_transform": "$monai.handlers.from_engine(['pred', 'label'])"}}
+
+    def interaction(train: bool) -> dict:
+        return {"_target_": "Interaction", "deepgrow_probability": "@deepgrow_probability_" + ("train" if train else "val"),
+                "transforms": "@train#click_transforms", "click_probability_key": "probability", "train": train,
+                "label_names": "@label_names"}
+
+    def cached(data: str, transform: str) -> dict:
+        return {"_target_": "CacheDataset", "data": data, "transform": transform, "cache_rate": 1.0,
+                "num_workers": 0 if tiny else 4}
+
+    def flip(axis: int) -> dict:
+        return {"_target_": "RandFlipd", "keys": both, "spatial_axis": [axis], "prob": 0.1}
+
+    loss_out = "$monai.handlers.from_engine(['loss'], first=True)"
+    return {
+        "imports": ["$import glob", "$import os", "$import ignite"],
+        "bundle_root": ".",
+        "ckpt_dir": "$@bundle_root + '/models'",
+        "output_dir": "$@bundle_root + '/eval'",
+        "dataset_dir": "/workspace/Datasets/MSD_datasets/Task09_Spleen",
+        "images": "$list(sorted(glob.glob(@dataset_dir + '/imagesTr/*.nii.gz')))",
+        "labels": "$list(sorted(glob.glob(@dataset_dir + '/labelsTr/*.nii.gz')))",
+        "label_names": inference["label_names"],
+        "finetune": False,
+        "finetune_model_path": "$@bundle_root + '/models/model.pt'",
+        "early_stop": False,
+        "spatial_size": inference["spatial_size"],
+        "number_intensity_ch": 1,
+        "deepgrow_probability_train": 0.4,
+        "deepgrow_probability_val": 1.0,
+        "val_interval": 1,
+        "device": inference["device"],
+        "network_def": inference["network_def"],
+        "network": "$@network_def.to(@device)",
+        "loss": {"_target_": "DiceCELoss", "to_onehot_y": True, "softmax": True},
+        "optimizer": {"_target_": "torch.optim.Adam", "params": "$@network.parameters()", "lr": 0.0001},
+        "lr_scheduler": {"_target_": "torch.optim.lr_scheduler.StepLR", "optimizer": "@optimizer", "step_size": 1000,
+                         "gamma": 0.1},
+        "train": {
+            "preprocessing_transforms": [
+                {"_target_": "LoadImaged", "keys": both, "reader": "ITKReader"},
+                {"_target_": "NormalizeLabelsInDatasetd", "keys": "label", "label_names": "@label_names"},
+                {"_target_": "EnsureChannelFirstd", "keys": both},
+                {"_target_": "Orientationd", "keys": both, "axcodes": "RAS"},
+                {"_target_": "ScaleIntensityRanged", "keys": "image", "a_min": -175, "a_max": 250, "b_min": 0.0,
+                 "b_max": 1.0, "clip": True},
+            ],
+            "random_transforms": [
+                flip(0), flip(1), flip(2),
+                {"_target_": "RandRotate90d", "keys": both, "prob": 0.1, "max_k": 3},
+                {"_target_": "RandShiftIntensityd", "keys": "image", "offsets": 0.1, "prob": 0.5},
+            ],
+            "deepedit_transforms": [
+                {"_target_": "Resized", "keys": both, "spatial_size": "@spatial_size", "mode": ["area", "nearest"]},
+                {"_target_": "FindAllValidSlicesMissingLabelsd", "keys": "label", "sids": "sids"},
+                {"_target_": "AddInitialSeedPointMissingLabelsd", "keys": "label", "guidance": "guidance",
+                 "sids": "sids"},
+                {"_target_": "AddGuidanceSignalDeepEditd", "keys": "image", "guidance": "guidance",
+                 "number_intensity_ch": "@number_intensity_ch"},
+                {"_target_": "ToTensord", "keys": both},
+            ],
+            "preprocessing": {
+                "_target_": "Compose",
+                "transforms": "$@train#preprocessing_transforms + @train#random_transforms + @train#deepedit_transforms",
+            },
+            "click_transforms": {
+                "_target_": "Compose",
+                "transforms": [
+                    {"_target_": "Activationsd", "keys": "pred", "softmax": True},
+                    {"_target_": "AsDiscreted", "keys": "pred", "argmax": True},
+                    {"_target_": "ToNumpyd", "keys": ["image", "label", "pred"]},
+                    {"_target_": "FindDiscrepancyRegionsDeepEditd", "keys": "label", "pred": "pred",
+                     "discrepancy": "discrepancy"},
+                    {"_target_": "AddRandomGuidanceDeepEditd", "keys": "NA", "guidance": "guidance",
+                     "discrepancy": "discrepancy", "probability": "probability"},
+                    {"_target_": "AddGuidanceSignalDeepEditd", "keys": "image", "guidance": "guidance",
+                     "number_intensity_ch": "@number_intensity_ch"},
+                    {"_target_": "ToTensord", "keys": both},
+                ],
+            },
+            "dataset": cached("$[{'image': i, 'label': l} for i, l in zip(@images[:-9], @labels[:-9])]",
+                              "@train#preprocessing"),
+            "dataloader": {"_target_": "DataLoader", "dataset": "@train#dataset", "batch_size": 1, "shuffle": True,
+                           "num_workers": 0},
+            "inferer": {"_target_": "SimpleInferer"},
+            "postprocessing": {
+                "_target_": "Compose",
+                "transforms": [
+                    {"_target_": "Activationsd", "keys": "pred", "softmax": True},
+                    {"_target_": "AsDiscreted", "keys": ["pred", "label"], "argmax": [True, False],
+                     "to_onehot": "$len(@label_names)+1"},
+                ],
+            },
+            "handlers": [
+                {"_target_": "CheckpointLoader", "_disabled_": "$not @finetune", "load_path": "@finetune_model_path",
+                 "load_dict": {"model": "@network"}},
+                {"_target_": "LrScheduleHandler", "lr_scheduler": "@lr_scheduler", "print_lr": True},
+                {"_target_": "ValidationHandler", "validator": "@validate#evaluator", "epoch_level": True,
+                 "interval": "@val_interval"},
+                {"_target_": "StatsHandler", "tag_name": "train_loss", "output_transform": loss_out},
+                {"_target_": "TensorBoardStatsHandler", "log_dir": "@output_dir", "tag_name": "train_loss",
+                 "output_transform": loss_out},
+            ],
+            "key_metric": dice("train_dice"),
+            "train_iteration_update": interaction(True),
+            "trainer": {
+                "_target_": "SupervisedTrainer", "device": "@device", "max_epochs": 500,
+                "train_data_loader": "@train#dataloader", "network": "@network", "optimizer": "@optimizer",
+                "loss_function": "@loss", "inferer": "@train#inferer", "amp": True,
+                "postprocessing": "@train#postprocessing", "key_train_metric": "@train#key_metric",
+                "train_handlers": "@train#handlers", "iteration_update": "@train#train_iteration_update",
+            },
+        },
+        "validate": {
+            "preprocessing": {"_target_": "Compose",
+                              "transforms": "$@train#preprocessing_transforms + @train#deepedit_transforms"},
+            "dataset": cached("$[{'image': i, 'label': l} for i, l in zip(@images[-9:], @labels[-9:])]",
+                              "@validate#preprocessing"),
+            "dataloader": {"_target_": "DataLoader", "dataset": "@validate#dataset", "batch_size": 1,
+                           "shuffle": False, "num_workers": 0},
+            "inferer": {"_target_": "SimpleInferer"},
+            "postprocessing": "%train#postprocessing",
+            "handlers": [
+                {"_target_": "EarlyStopHandler", "_disabled_": "$not @early_stop", "trainer": None, "patience": 1,
+                 "score_function": "$lambda x: x.state.metrics['val_mean_dice']", "min_delta": 0.01},
+                {"_target_": "StatsHandler", "iteration_log": False},
+                {"_target_": "TensorBoardStatsHandler", "log_dir": "@output_dir", "iteration_log": False},
+                {"_target_": "CheckpointSaver", "save_dir": "@ckpt_dir", "save_dict": {"model": "@network"},
+                 "save_key_metric": True, "key_metric_filename": "model.pt"},
+            ],
+            "key_metric": dice("val_mean_dice"),
+            "val_iteration_update": interaction(False),
+            "evaluator": {
+                "_target_": "SupervisedEvaluator", "device": "@device", "val_data_loader": "@validate#dataloader",
+                "network": "@network", "inferer": "@validate#inferer", "postprocessing": "@validate#postprocessing",
+                "key_val_metric": "@validate#key_metric", "val_handlers": "@validate#handlers",
+                "iteration_update": "@validate#val_iteration_update", "amp": True,
+            },
+        },
+        "initialize": ["$monai.utils.set_determinism(seed=123)"],
+        "run": ["$@validate#handlers#0.set_trainer(trainer=@train#trainer) if @early_stop else None",
+                "$@train#trainer.run()"],
+    }
+
+
 def metadata(size: str) -> dict:
     spatial = TINY_SPATIAL if size == "tiny" else FULL_SPATIAL
     trained = "trained on rocm_zoo's synthetic phantoms" if size == "tiny" else "untrained (seeded random)"
@@ -157,6 +311,7 @@ def write_files(bundle_dir: Path, size: str) -> None:
     """Configs and scripts; weights are written by `rocm_zoo.samples.bundles.write_sample_bundle`."""
     check_size(size)
     write_json(bundle_dir / "configs" / "inference.json", inference_config(size))
+    write_json(bundle_dir / "configs" / "train.json", train_config(size))
     write_json(bundle_dir / "configs" / "metadata.json", metadata(size))
     write_text(bundle_dir / "scripts" / "__init__.py", "")
     write_text(bundle_dir / "scripts" / "transforms.py", _SCRIPTS_TRANSFORMS)
