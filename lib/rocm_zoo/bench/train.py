@@ -46,6 +46,8 @@ LABEL_MAPS = {
     "pancreas_ct_dints_segmentation": {"pancreas": 1},
 }
 FP32_EAGER = (("train#trainer#amp", False), ("validate#evaluator#amp", False))
+# The GPU machine has no ITK (FACTS/DEVICE.md); the phantoms are NIfTI, which nibabel reads to the same arrays.
+ITK_READERS = ("ITKReader", "monai.data.ITKReader")
 CLICK_EVERY_S = 0.3
 
 
@@ -77,9 +79,10 @@ def train_once(bundle_dir: Path, data: list[dict], mode: str, epochs: int, devic
     """One training from the same start (the bundle's weights, seed 0): mode "fp32_eager" or "overlay". The run is
     appended to `started` (to follow or stop it from another thread)."""
     overlay = overlay_path(OVERLAYS_DIR, bundle_dir.name).with_name(OVERLAY_FILE)
-    plan = TrainPlan(bundle_dir, train_config_of(bundle_dir), (overlay,) if mode == "overlay" else (),
-                     BUNDLES[bundle_dir.name].weights, data[:-1], data[-1:], device, epochs,
-                     overrides=FP32_EAGER if mode == "fp32_eager" else ())
+    config = train_config_of(bundle_dir)
+    overrides = (FP32_EAGER if mode == "fp32_eager" else ()) + readers_without_itk(bundle_dir / config)
+    plan = TrainPlan(bundle_dir, config, (overlay,) if mode == "overlay" else (), BUNDLES[bundle_dir.name].weights,
+                     data[:-1], data[-1:], device, epochs, overrides=overrides)
     run = TrainingRun(plan, Work(Priority.BACKGROUND, "bench", what=f"training {mode}"))
     if started is not None:
         started.append(run)
@@ -100,6 +103,32 @@ def train_once(bundle_dir: Path, data: list[dict], mode: str, epochs: int, devic
         "seconds": round(time.perf_counter() - start, 1),
         "peak_gpu_mb": round(torch.cuda.max_memory_allocated(device) / 2**20) if device.startswith("cuda") else None,
     }
+
+
+def readers_without_itk(config_file: Path) -> tuple[tuple[str, str], ...]:
+    """Where ITK is not installed: the config keys that name ITKReader, set to NibabelReader."""
+    try:
+        import itk  # noqa: F401
+
+        return ()
+    except ImportError:
+        pass
+    from monai.bundle import ConfigParser
+
+    found = []
+
+    def walk(node, path: str) -> None:
+        if isinstance(node, dict):
+            if node.get("reader") in ITK_READERS:
+                found.append((f"{path}#reader".lstrip("#"), "NibabelReader"))
+            for k, v in node.items():
+                walk(v, f"{path}#{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{path}#{i}")
+
+    walk(ConfigParser.load_config_file(str(config_file)), "")
+    return tuple(found)
 
 
 def _iteration_seconds(ends: list[float], per_epoch: int) -> list[float]:

@@ -276,6 +276,10 @@ def _loss(output: Any) -> float | None:
 
 
 def _batch_size(batch: Any) -> int:
+    """Samples in an iteration's batch: MONAI's workflows decollate it into a list of items by the time the iteration
+    completes; a collated dict holds them along its first dimension."""
+    if isinstance(batch, list):
+        return len(batch)
     image = batch.get("image") if isinstance(batch, dict) else None
     return int(image.shape[0]) if torch.is_tensor(image) else 0
 
