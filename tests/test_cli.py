@@ -22,7 +22,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_help_lists_every_command():
     out = run("--help")
     assert out.returncode == 0
-    for command in ("sample", "serve", "env", "bench", "bench-click", "bench-warmup"):
+    for command in ("sample", "serve", "env", "bench", "bench-click", "bench-warmup", "models"):
         assert command in out.stdout
 
 
@@ -53,3 +53,38 @@ def test_sample_writes_studies_truth_and_bundle_and_keeps_a_real_bundle(tmp_path
     assert run("sample", "--no-spleen10", *args).returncode == 0
     assert json.loads((bundle / "configs/metadata.json").read_text()) == real_meta
     assert (bundle / "models/model.pt").read_bytes() == weights
+
+
+def test_models_lists_checkpoints_and_rolls_back(tmp_path, capsys):
+    import torch
+    from torch import nn
+
+    from rocm_zoo.cli import main
+    from rocm_zoo.training import CheckpointStore, TrainingDetails
+
+    bundle = tmp_path / "model" / "spleen_deepedit_annotation"
+    (bundle / "models").mkdir(parents=True)
+    torch.save(nn.Conv3d(1, 2, 1).state_dict(), bundle / "models" / "model.pt")
+    model_dir = ["--model-dir", str(tmp_path / "model")]
+    assert main(["models", "list", *model_dir]) == 0
+    assert "spleen_deepedit_annotation: no checkpoints kept" in capsys.readouterr().out
+
+    store = CheckpointStore(bundle)
+    details = TrainingDetails(measured_on="2 validation images", epochs=5, labels=8)
+    store.accept(nn.Conv3d(1, 2, 1).state_dict(), 0.812, details)
+    store.accept(nn.Conv3d(1, 2, 1).state_dict(), 0.79, details)
+    assert main(["models", "list", "spleen_deepedit_annotation", *model_dir]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert [r.split()[0] for r in rows[2:5]] == ["shipped", "1", "*"]
+    assert "0.812  training" in rows[3] and rows[4].split()[1] == "2"
+
+    assert main(["models", "rollback", "spleen_deepedit_annotation", "1", *model_dir]) == 0
+    out = capsys.readouterr().out
+    assert "now serving checkpoint 1 (score 0.812)" in out and "picks it up at its next request" in out
+    assert store.served().rollback_of == "1"
+
+    assert main(["models", "rollback", "spleen_deepedit_annotation", "7", *model_dir]) == 1
+    assert "has no checkpoint '7'; kept: shipped, 1, 2, 3" in capsys.readouterr().err
+    assert main(["models", "list", "no_such_bundle", *model_dir]) == 2
+    assert "no bundle 'no_such_bundle'" in capsys.readouterr().err
+    assert main(["models", "rollback", *model_dir]) == 2

@@ -11,8 +11,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rocm_zoo import registry
+
+if TYPE_CHECKING:
+    from rocm_zoo.training.checkpoints import CheckpointStore
 
 def _sample(args: argparse.Namespace) -> int:
     from rocm_zoo.samples.write import SamplePaths, default_paths, make_samples
@@ -140,6 +144,66 @@ def _users(args: argparse.Namespace) -> int:
         return 2
     print(f"{user.name} ({user.role}) in {path}")
     return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from rocm_zoo.errors import RocmZooError
+    from rocm_zoo.samples.write import default_paths
+    from rocm_zoo.training.checkpoints import CheckpointStore
+
+    model_dir = Path(args.model_dir or default_paths().model_dir)
+    names = [args.bundle] if args.bundle else [n for n in registry.BUNDLES if (model_dir / n).is_dir()]
+    for name in names:
+        if name not in registry.BUNDLES:
+            print(f"no bundle '{name}'; rocm_zoo serves: {', '.join(registry.BUNDLES)}", file=sys.stderr)
+            return 2
+        if not (model_dir / name).is_dir():
+            print(f"{name} is not in {model_dir}", file=sys.stderr)
+            return 2
+    if not names:
+        print(f"no bundles in {model_dir}")
+        return 0
+    stores = {n: CheckpointStore(model_dir / n, registry.BUNDLES[n].weights) for n in names}
+    if args.action == "list":
+        for store in stores.values():
+            print(_checkpoint_table(store))
+        return 0
+    if not args.bundle or not args.checkpoint:
+        print("rocm-zoo models rollback needs a BUNDLE and a checkpoint ID (see `rocm-zoo models list BUNDLE`)",
+              file=sys.stderr)
+        return 2
+    store = stores[args.bundle]
+    try:
+        entry = store.rollback(args.checkpoint)
+    except RocmZooError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    score = "not measured" if entry.score is None else f"score {entry.score:.3f}"
+    print(f"{args.bundle}: now serving checkpoint {entry.rollback_of} ({score}) as {store.weights}, recorded as "
+          f"checkpoint {entry.id}. A running server picks it up at its next request for this model: the pool "
+          "reloads a network whose weights file changed (that request waits for the reload and compile).")
+    return 0
+
+
+def _checkpoint_table(store: CheckpointStore) -> str:
+    checkpoints = store.list()
+    if not checkpoints:
+        return f"{store.name}: no checkpoints kept (serving the bundle's own {store.weights.name})"
+    served = store.served()
+    lines = [f"{store.name} ({store.folder}):", "    id         created                    score  source         epochs  "
+             "labels  measured on"]
+    for c in checkpoints:
+        mark = "*" if served is not None and c.id == served.id else " "
+        score = "-" if c.score is None else f"{c.score:.3f}"
+        source = c.source if c.rollback_of is None else f"rollback of {c.rollback_of}"
+        epochs, labels = ("-" if n is None else str(n) for n in (c.epochs, c.labels))
+        lines.append(f"  {mark} {c.id:<10} {c.created:<26} {score:>5}  {source:<13} {epochs:>6}  {labels:>6}  "
+                     f"{c.measured_on or '-'}")
+    if served is None:
+        lines.append("  (the weights file holds none of these: it was replaced from outside)")
+    else:
+        lines.append(f"  * served as {store.weights.name}")
+    return "\n".join(lines)
 
 
 def _env(args: argparse.Namespace) -> int:
@@ -373,6 +437,22 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--password-stdin", action="store_true", help="read the password from one line of stdin")
     s.add_argument("--replace", action="store_true", help="add: change an existing user's password and role")
     s.set_defaults(func=_users)
+
+    s = sub.add_parser("models", help="the checkpoints kept for each bundle (training's, the shipped weights, "
+                       "rollbacks): list them, or serve a kept one again",
+                       description="Every checkpoint that training accepted is kept under "
+                       "<bundle>/models/checkpoints/ (with the bundle's shipped weights, kept before the first one), "
+                       "with its date, validation score (mean Dice) and source. `list` shows them, * marking the one "
+                       "the bundle's weights file serves; `rollback BUNDLE ID` makes checkpoint ID the served "
+                       "weights file again (atomically) and records the rollback. A running server picks the "
+                       "weights up at its next request for that model (it reloads a network whose weights file "
+                       "changed).")
+    s.add_argument("action", choices=["list", "rollback"])
+    s.add_argument("bundle", nargs="?", metavar="BUNDLE", help="bundle folder name, e.g. spleen_deepedit_annotation "
+                   "(list: default every bundle in the model folder)")
+    s.add_argument("checkpoint", nargs="?", metavar="ID", help="rollback: the checkpoint to serve (an id from list)")
+    s.add_argument("--model-dir", help="the bundles' folder (default apps/rocm_zoo/model)")
+    s.set_defaults(func=_models)
 
     s = sub.add_parser("env", help="print the detected backend and the environment it wants")
     s.add_argument("--device", default="auto")

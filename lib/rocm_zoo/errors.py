@@ -25,6 +25,12 @@ class InvalidRequest(RocmZooError, ValueError):
     status = 422
 
 
+class CheckpointNotFound(RocmZooError):
+    """A rollback names a checkpoint the bundle does not keep."""
+
+    status = 404
+
+
 class ImageNotFound(RocmZooError):
     """The image id is not in the datastore."""
 

@@ -165,7 +165,18 @@ def submodules_to_compile(network: nn.Module, settings: OverlaySettings) -> list
 
 def load_weights(network: nn.Module, weights: Path) -> None:
     """Strict load of a bundle's `model.pt` (a state dict, or a dict holding one under "model")."""
-    state = torch.load(weights, map_location="cpu", weights_only=True)
-    if isinstance(state, dict) and isinstance(state.get("model"), dict):
-        state = state["model"]
-    network.load_state_dict(state, strict=True)
+    network.load_state_dict(read_state_dict(weights), strict=True)
+
+
+def read_state_dict(weights: Path, mmap: bool = False) -> dict[str, torch.Tensor]:
+    """The state dict in a weights file, unwrapped. `mmap`: tensors are read when touched (keys and shapes only)."""
+    return unwrap_state_dict(torch.load(weights, map_location="cpu", weights_only=True, mmap=mmap))
+
+
+def is_wrapped(checkpoint: Any) -> bool:
+    """Some Model Zoo bundles save `{"model": state_dict}` (the trainer's checkpoint dict) instead of the state dict."""
+    return isinstance(checkpoint, dict) and isinstance(checkpoint.get("model"), dict)
+
+
+def unwrap_state_dict(checkpoint: Any) -> dict[str, torch.Tensor]:
+    return checkpoint["model"] if is_wrapped(checkpoint) else checkpoint

@@ -2,8 +2,9 @@
 
 A network is built once: bundle config + overlay parsed, weights loaded strictly, layout applied, compiled, then run
 at the exact shapes it will see, so compilation never happens inside a request. It is rebuilt when its weights file
-changes. The pool is thread-safe: a second caller asking for a network that is still warming waits for it instead of
-compiling a second copy.
+changes, unless the new weights were swapped into it in place (`NetworkPool.swap_weights`: same parameter storage,
+so the compiled graphs stay valid and nothing recompiles). The pool is thread-safe: a second caller asking for a
+network that is still warming waits for it instead of compiling a second copy.
 """
 
 from __future__ import annotations
@@ -11,18 +12,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
 
 from rocm_zoo.engine.backend import Backend, detect_backend, normalise_device
 from rocm_zoo.engine.overlay import AMP_DTYPES, MEMORY_FORMATS, OverlaySettings, bundle_on_path, load_config, load_weights
-from rocm_zoo.engine.overlay import compile_network, prepare_network, read_settings
+from rocm_zoo.engine.overlay import compile_network, prepare_network, read_settings, unwrap_state_dict
+from rocm_zoo.engine.readers_writer import ReadersWriterLock
 from rocm_zoo.engine.scheduler import current_work, device_turn
+from rocm_zoo.errors import InvalidRequest
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +84,15 @@ class WarmNetwork:
     warm_seconds: float = 0.0
     warmed_shapes: list[tuple[int, ...]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _use: ReadersWriterLock = field(default_factory=ReadersWriterLock, repr=False)
+    # The tensors a swap writes, by the bundle's state-dict keys, as built: a task may later wrap a submodule (VISTA3D's
+    # caching encoder), which renames the module's own keys but not the checkpoint's.
+    _state: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    _after_swap: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self._state:
+            self._state = dict(self.eager.state_dict(keep_vars=True))
 
     @property
     def dtype(self) -> torch.dtype:
@@ -109,6 +121,37 @@ class WarmNetwork:
         with device_turn(self.backend.device) if turn else nullcontext(), self._lock, torch.no_grad(), autocast:
             y = self.runner(x, *args, **kwargs)
         return y[:n].float() if full > n else y.float()
+
+    @contextmanager
+    def in_use(self) -> Iterator[WarmNetwork]:
+        """Held by a request around its whole inference (many at once), so it runs on one set of weights from its
+        first window to its last; a weight swap waits until no request holds it. Get the network from the pool
+        first: a request waiting here must not hold anything the swap needs."""
+        with self._use.reading(check=lambda: current_work().check()):
+            yield self
+
+    def load_state_in_place(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Copy new weights into the served tensors: same storage, dtype and memory format, so the compiled graphs
+        (and CUDA graphs) stay valid. Checked strictly first (same keys and shapes as the bundle's checkpoint;
+        `InvalidRequest` otherwise, nothing changed); then waits until no request holds the network, blocking new
+        ones meanwhile. Call it outside a turn on the device: a request it waits for may be waiting for that turn."""
+        state = unwrap_state_dict(state_dict)
+        check_state_dict(state, self._state, str(self.key.bundle))
+        with self._use.writing(), torch.no_grad():
+            cuda = self.backend.device.startswith("cuda")
+            if cuda:  # the last request's kernels may still be reading the old weights on another stream
+                torch.cuda.synchronize(self.backend.device)
+            for name, target in self._state.items():
+                target.copy_(state[name])
+            if cuda:
+                torch.cuda.synchronize(self.backend.device)
+            for hook in self._after_swap:
+                hook()
+
+    def after_swap(self, hook: Callable[[], None]) -> None:
+        """Run `hook` after each in-place swap, while requests still wait: for what was derived from the old weights
+        (VISTA3D's encoder outputs)."""
+        self._after_swap.append(hook)
 
     def __getattr__(self, name: str) -> Any:
         """Bundle inferers read attributes of the network they are given (VISTA3D's reads `point_head`): the
@@ -191,6 +234,36 @@ def build_network(spec: NetworkSpec) -> WarmNetwork:
     return WarmNetwork(key, network, runner, backend, settings, weights, weights.stat().st_mtime)
 
 
+def check_state_dict(state: Mapping[str, Any], expected: Mapping[str, torch.Tensor], what: str) -> None:
+    """`state` has exactly the keys of `expected`, tensors of the same shapes and kinds (floating or not)."""
+    if not isinstance(state, Mapping):
+        raise InvalidRequest(f"New weights for {what}: expected a state dict, got {type(state).__name__}")
+    problems = []
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing:
+        problems.append(f"missing keys {_some(missing)}")
+    if unexpected:
+        problems.append(f"unexpected keys {_some(unexpected)}")
+    for name, target in expected.items():
+        new = state.get(name)
+        if name not in state:
+            continue
+        if not torch.is_tensor(new):
+            problems.append(f"{name} is a {type(new).__name__}, not a tensor")
+        elif new.shape != target.shape:
+            problems.append(f"{name} has shape {list(new.shape)}, the network's is {list(target.shape)}")
+        elif new.is_floating_point() != target.is_floating_point():
+            problems.append(f"{name} is {new.dtype}, the network's is {target.dtype}")
+    if problems:
+        raise InvalidRequest(f"New weights for {what} do not fit its network (the served weights are unchanged): "
+                             + "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else ""))
+
+
+def _some(names: list[str], n: int = 3) -> str:
+    return ", ".join(names[:n]) + (f" (and {len(names) - n} more)" if len(names) > n else "")
+
+
 class NetworkPool:
     def __init__(self) -> None:
         self._nets: dict[NetworkSpec, WarmNetwork] = {}
@@ -230,3 +303,27 @@ class NetworkPool:
 
     def networks(self) -> list[WarmNetwork]:
         return list(self._nets.values())
+
+    def swap_weights(self, bundle_dir: Path, weights_rel: str, state_dict: Mapping[str, torch.Tensor],
+                     mtime: float) -> int:
+        """Load `state_dict` in place into every warm network built from this bundle folder and weights file (several
+        specs and devices may share it), and take `mtime` (the new weights file's, written by the caller) as theirs,
+        so `get` does not rebuild them. Every network is checked before any is changed. Returns how many were
+        updated. A request that reaches `get` between the file's write and this call rebuilds the network (slow, but
+        right); one that is warming now is waited for."""
+        folder = Path(bundle_dir).resolve()
+        specs = [s for s in list(self._nets) if Path(s.bundle_dir).resolve() == folder and s.weights == weights_rel]
+        state = unwrap_state_dict(state_dict)
+        for spec in specs:
+            check_state_dict(state, self._nets[spec]._state, str(self._nets[spec].key))
+        updated = 0
+        for spec in specs:
+            with self._locks[spec]:  # not while `get` builds or warms it
+                net = self._nets.get(spec)
+                if net is None:
+                    continue
+                net.load_state_in_place(state)
+                net.weights_mtime = mtime
+                updated += 1
+                logger.info("%s: new weights swapped in place", net.key)
+        return updated

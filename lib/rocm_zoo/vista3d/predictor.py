@@ -103,7 +103,8 @@ class CachingEncoder(nn.Module):
         return out
 
 
-# One cache per loaded network: embeddings belong to its weights, so a reloaded network starts empty.
+# One cache per loaded network: embeddings belong to its weights, so a reloaded network starts empty and one whose
+# weights were swapped in place is emptied (while requests wait for the swap).
 _CACHES: weakref.WeakKeyDictionary[nn.Module, EmbeddingCache] = weakref.WeakKeyDictionary()
 _CACHES_LOCK = threading.Lock()
 
@@ -113,6 +114,7 @@ def embedding_cache(network: WarmNetwork) -> EmbeddingCache:
         cache = _CACHES.get(network.eager)
         if cache is None:
             cache = _CACHES[network.eager] = EmbeddingCache()
+            network.after_swap(cache.clear)
         return cache
 
 

@@ -140,7 +140,9 @@ class OverlayBundleTask(BundleInferTask):
         network = self._get_network(device, data)
         inputs = data[self.input_key]
         inputs = inputs if torch.is_tensor(inputs) else torch.from_numpy(inputs)
-        outputs = self.inferer(data)(inputs[None] if convert_to_batch else inputs, network)
+        inferer = self.inferer(data)
+        with network.in_use():  # every window of the request on one set of weights (a swap waits for it)
+            outputs = inferer(inputs[None] if convert_to_batch else inputs, network)
         data[self.output_label_key] = outputs[0] if convert_to_batch else outputs
         return data
 

@@ -84,12 +84,13 @@ class SegmentationTask(OverlayBundleTask):
         # MONAI stitches in the dtype of the inferer's input; the network itself gets fp32 (then autocast) from the pool.
         x = image[None].to(STITCH_DTYPES[network.settings.stitch_dtype])
         inferer = self.inferer(data)
-        try:
-            outputs = inferer(x, network)
-        except Exception as e:
-            if not is_out_of_memory(e):
-                raise
-            outputs = self._stitch_on_host(inferer, x, network, e)
+        with network.in_use():  # every window of the study on one set of weights (a swap waits for it)
+            try:
+                outputs = inferer(x, network)
+            except Exception as e:
+                if not is_out_of_memory(e):
+                    raise
+                outputs = self._stitch_on_host(inferer, x, network, e)
         data[self.output_label_key] = outputs[0]
         return data
 

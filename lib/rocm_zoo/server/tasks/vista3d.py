@@ -157,8 +157,9 @@ class Vista3dTask(OverlayBundleTask):
         vista3d.install(network, inferer)
         predictor = VistaPredictor(network, class_bucket=len(self.labels), image_key=data.get("vista_image_key"))
         class_vector = None if data["vista_prompt"].points_only else data["label_prompt"]
-        logits = inferer(image.as_tensor()[None], predictor, point_coords=data["points"],
-                         point_labels=data["point_labels"], class_vector=class_vector)
+        with network.in_use():  # every window of the request on one set of weights (a swap waits for it)
+            logits = inferer(image.as_tensor()[None], predictor, point_coords=data["points"],
+                             point_labels=data["point_labels"], class_vector=class_vector)
         logits = torch.nan_to_num(torch.as_tensor(logits), nan=OUTSIDE_WINDOWS_LOGIT)[0].to(image.device)
         # The bundle's Invertd takes the transforms to undo from the image; the prediction must be a MetaTensor.
         data[self.output_label_key] = MetaTensor(logits, meta=dict(image.meta))

@@ -1,0 +1,64 @@
+"""Files that are either old or new, never torn: written to a temporary file beside the destination, flushed and
+fsynced, renamed over it, and the folder fsynced so the rename itself survives a power cut.
+
+The same writer as the server's datastore (`rocm_zoo.server.datastore`), at the engine's level so that weights and
+checkpoints (the training package) can use it without importing the server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import IO, Callable
+
+import torch
+
+PARTIAL = ".partial"  # in the name of a temporary file: a crash may leave one behind, never a torn destination
+
+
+def atomic_copy(src: Path, dest: Path) -> None:
+    def copy(out: IO[bytes]) -> None:
+        with open(src, "rb") as inp:
+            shutil.copyfileobj(inp, out, 1 << 20)
+
+    atomic_write(dest, copy)
+
+
+def atomic_write_text(dest: Path, text: str) -> None:
+    atomic_write(dest, lambda out: out.write(text.encode()))
+
+
+def atomic_torch_save(dest: Path, obj: object) -> None:
+    atomic_write(dest, lambda out: torch.save(obj, out))
+
+
+def atomic_write(dest: Path, write: Callable[[IO[bytes]], object]) -> None:
+    """`write(file)` into a temporary binary file beside dest, flushed and fsynced, then renamed over dest."""
+    folder = Path(dest).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{Path(dest).name}{PARTIAL}", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dest)
+        fsync_folder(folder)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems cannot fsync a folder; the rename is still atomic there
+        pass
+    finally:
+        os.close(fd)
