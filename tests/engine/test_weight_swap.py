@@ -48,9 +48,8 @@ def served(tmp_path_factory):
 
 
 def write_and_swap(pool: NetworkPool, spec: NetworkSpec, state: dict) -> int:
-    weights = spec.bundle_dir / spec.weights
-    torch.save(state, weights)
-    return pool.swap_weights(spec.bundle_dir, spec.weights, state, weights.stat().st_mtime)
+    return pool.swap_weights(spec.bundle_dir, spec.weights, state,
+                             lambda: torch.save(state, spec.bundle_dir / spec.weights))
 
 
 def eager_fp32(spec: NetworkSpec) -> WarmNetwork:
@@ -100,12 +99,12 @@ def test_weights_that_do_not_fit_are_refused_and_the_served_ones_stay(served):
     renamed = {f"_orig_mod.{k}": v for k, v in good.items()}  # a compiled module's state dict
     for bad, reason in ((missing, "missing keys"), (resized, "has shape"), (renamed, "unexpected keys")):
         with pytest.raises(InvalidRequest, match=reason):
-            pool.swap_weights(spec.bundle_dir, spec.weights, bad, mtime + 1)
+            pool.swap_weights(spec.bundle_dir, spec.weights, bad, lambda: pytest.fail("wrote the file"))
         with pytest.raises(InvalidRequest, match="served weights are unchanged"):
             net.load_state_in_place(bad)
     assert torch.equal(net(x), before)
     assert net.weights_mtime == mtime
-    assert pool.swap_weights(spec.bundle_dir / "elsewhere", spec.weights, good, mtime) == 0  # no network of it
+    assert pool.swap_weights(spec.bundle_dir / "elsewhere", spec.weights, good, lambda: None) == 0  # none of it
 
 
 def test_a_swap_waits_for_the_request_holding_the_network_and_new_requests_wait_for_it():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -305,25 +305,25 @@ class NetworkPool:
         return list(self._nets.values())
 
     def swap_weights(self, bundle_dir: Path, weights_rel: str, state_dict: Mapping[str, torch.Tensor],
-                     mtime: float) -> int:
+                     write_file: Callable[[], None]) -> int:
         """Load `state_dict` in place into every warm network built from this bundle folder and weights file (several
-        specs and devices may share it), and take `mtime` (the new weights file's, written by the caller) as theirs,
-        so `get` does not rebuild them. Every network is checked before any is changed. Returns how many were
-        updated. A request that reaches `get` between the file's write and this call rebuilds the network (slow, but
-        right); one that is warming now is waited for."""
+        specs and devices may share it), and have `write_file()` write the new weights file meanwhile: both happen
+        while `get` cannot look at the file for these networks, so no request sees the new file with the old weights
+        (and rebuilds). Every network is checked before the file is written or any is changed. Returns how many were
+        updated; one that is warming now is waited for."""
         folder = Path(bundle_dir).resolve()
-        specs = [s for s in list(self._nets) if Path(s.bundle_dir).resolve() == folder and s.weights == weights_rel]
+        specs = sorted((s for s in list(self._nets) if Path(s.bundle_dir).resolve() == folder
+                        and s.weights == weights_rel), key=repr)
         state = unwrap_state_dict(state_dict)
         for spec in specs:
             check_state_dict(state, self._nets[spec]._state, str(self._nets[spec].key))
-        updated = 0
-        for spec in specs:
-            with self._locks[spec]:  # not while `get` builds or warms it
-                net = self._nets.get(spec)
-                if net is None:
-                    continue
+        with ExitStack() as held:
+            for spec in specs:
+                held.enter_context(self._locks[spec])  # not while `get` builds, warms or checks the file
+            nets = [self._nets[s] for s in specs if s in self._nets]
+            write_file()  # first: if it fails, nothing changed; if a copy below failed, `get` rebuilds from the file
+            for net in nets:
                 net.load_state_in_place(state)
-                net.weights_mtime = mtime
-                updated += 1
+                net.weights_mtime = (Path(bundle_dir) / weights_rel).stat().st_mtime
                 logger.info("%s: new weights swapped in place", net.key)
-        return updated
+        return len(nets)

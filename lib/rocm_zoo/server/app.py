@@ -9,6 +9,7 @@ MONAI Label loads `<app>/main.py`, which is `app_main.py` of this package (a sym
 
 import sys
 import time
+from pathlib import Path
 
 from monailabel.config import settings
 from monailabel.interfaces.app import MONAILabelApp
@@ -16,10 +17,11 @@ from monailabel.interfaces.app import MONAILabelApp
 from rocm_zoo import __version__
 from rocm_zoo.engine.scheduler import Priority
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
-from rocm_zoo.server import access, auth, batch_routes, http_errors, request_stages, routes, uploads
+from rocm_zoo.server import access, auth, batch_routes, http_errors, request_stages, routes, train_routes, uploads
 from rocm_zoo.server.batch import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.server.datastore import CheckedLocalDatastore
 from rocm_zoo.server.request_queue import RequestService
+from rocm_zoo.server.training import Training
 from rocm_zoo.server.zoo import Zoo
 
 
@@ -43,6 +45,16 @@ class MyApp(MONAILabelApp):
 
     def init_infers(self):
         return dict(self.zoo.tasks)
+
+    def init_trainers(self):
+        # Trainings run in this process (MONAI Label's would rebuild the app in a subprocess), at the device
+        # scheduler's lowest class, on the serving device unless --conf train_device says otherwise.
+        self.training = Training(self.zoo.pool, self.datastore, self.zoo.config.train_device or self.zoo.backend.device)
+        for task in self.zoo.tasks.values():
+            if task.entry.model not in self.training.trainers:
+                self.training.add(task.entry.model, Path(task.bundle_path), task.bundle_entry.weights,
+                                  self._labels_of(task.entry.name), task.entry.interactive)
+        return dict(self.training.trainers)
 
     def init_datastore(self):
         if self.studies.startswith(("http://", "https://")):
@@ -77,6 +89,7 @@ class MyApp(MONAILabelApp):
             self.batch_runner = BatchRunner(self._batch_engine(), lambda s: select_images(self.datastore(), s),
                                             check_ids=lambda ids: access.check_ids(ids, self.datastore()))
             batch_routes.install(web, self.batch_runner, lambda: list(self._infers))
+            train_routes.install(web, self.training)
             # Log in beyond loopback (local users or Keycloak); after every route of ours exists, so roles apply.
             self.auth_mode = auth.install(web, self.zoo.config, self.app_dir)
         if self.zoo.config.warmup:

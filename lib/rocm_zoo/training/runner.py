@@ -2,9 +2,10 @@
 `BundleTrainTask` runs it (same overrides: bundle_root, device, max_epochs, the train and validation datalists), but in
 this process and at the device scheduler's lowest class.
 
-Every training iteration (forward, loss, backward, step; DeepEdit's simulated clicks too) and every validation
-iteration is one device turn of background work, so a click waits for at most one iteration. Data loading runs outside
-the turns. The served model is never touched here: the run validates the served weights first (the baseline), keeps the
+Each training step (forward, loss, backward, optimiser step) and each other forward (validation, DeepEdit's simulated
+clicks) is one device turn of background work, so a click waits for at most one of them; host work (data loading, the
+click simulation between forwards) takes no turn (on the H200 a turn per whole DeepEdit iteration, clicks included,
+left clicks waiting up to 550 ms at p90). The served model is never touched here: the run validates the served weights first (the baseline), keeps the
 best weights it validates, and says whether they beat the baseline; publishing is the caller's decision.
 """
 
@@ -143,6 +144,7 @@ class TrainingRun:
         trainer, evaluator, network, device = self._build()
         self._take_turns(trainer, device)
         self._take_turns(evaluator, device)
+        self._forward_in_turns(network, device)
         initial = None if plan.pretrained else _host_copy(network)
         load_weights(network, Path(plan.bundle_dir) / plan.weights)
 
@@ -202,14 +204,29 @@ class TrainingRun:
 
     @staticmethod
     def _take_turns(engine, device: str) -> None:
-        """Each iteration of the ignite engine runs in one device turn (ignite keeps the step in `_process_function`)."""
-        step = engine._process_function
+        """Device turns for device work only: the training step (forward, loss, backward, optimiser step) is one turn,
+        and every other forward (DeepEdit's simulated clicks run several per iteration) is one (`_forward_in_turns`);
+        what runs on the host between them (data, click simulation) takes none, so a click never waits for it.
+        MONAI's workflows run the step as `engine._iteration`, called by ignite or by the bundle's iteration_update."""
+        step = engine._iteration
 
-        def in_turn(e, batch):
+        def step_in_turn(e, batch):
             with device_turn(device):
                 return step(e, batch)
 
-        engine._process_function = in_turn
+        if getattr(engine._process_function, "__func__", None) is getattr(step, "__func__", None):
+            engine._process_function = step_in_turn  # no iteration_update: ignite calls the step itself
+        engine._iteration = step_in_turn
+
+    @staticmethod
+    def _forward_in_turns(network: torch.nn.Module, device: str) -> None:
+        forward = network.forward
+
+        def forward_in_turn(*args, **kwargs):
+            with device_turn(device):  # reentrant: inside the step's turn this is the same turn
+                return forward(*args, **kwargs)
+
+        network.forward = forward_in_turn
 
     def _follow(self, trainer, evaluator, network) -> None:
         from ignite.engine import Events
