@@ -68,19 +68,19 @@ LABEL_INDEX = {
 }
 # Phantoms of 4 mm voxels, which the tiny configs' resampling leaves as they are, small enough for one tiny window (the
 # validation of the 105-class SegResNet costs ~4 s a 48^3 window on two cores) or one crop: SwinUNETR crops 64^3 with
-# no padding, so its phantoms are 64^3. VISTA3D resamples to 1.5 mm at both sizes: its phantoms are a 144 x 144 x 96 mm
-# box around the spleen (96 x 96 x 64 voxels after resampling) cut from a whole phantom.
+# no padding, so its phantoms are 64^3. VISTA3D resamples to 1.5 mm at both sizes: its phantoms are a 96 x 96 x 64 mm
+# box around the spleen (one 64^3 patch after resampling) cut from a whole phantom.
 CUBE48 = phantom.PhantomSpec("phantom", (48, 48, 48), (4.0, 4.0, 4.0), seed=0)
 PHANTOMS = {
     wholebody_ct: (CUBE48, None),
     swin_unetr_btcv: (dataclasses.replace(CUBE48, shape=(64, 64, 64)), None),
     pancreas_dints: (CUBE48, None),
-    vista3d: (dataclasses.replace(CUBE48, shape=(100, 100, 50)), (36, 36, 24)),
+    vista3d: (dataclasses.replace(CUBE48, shape=(100, 100, 50)), (24, 24, 16)),
 }
-# Studies made: all but the last are trained on, the last validates. SwinUNETR trains on one: its two 64^3 crops (the
-# config's num_samples) cost ~40 s forward and backward with upstream's activation checkpointing on two busy cores.
+# Studies made: all but the last are trained on, the last validates. SwinUNETR trains on one: each study gives two
+# 64^3 crops (the config's num_samples), ~10 s forward and backward with upstream's activation checkpointing on two
+# cores (twice that when they are busy).
 STUDIES = {swin_unetr_btcv: 2}
-SLOW = {swin_unetr_btcv}
 
 
 def _around(p: phantom.Phantom, label: int, box: tuple[int, int, int]) -> phantom.Phantom:
@@ -132,8 +132,7 @@ def test_train_config_has_upstreams_keys(module, tmp_path):
     assert "val_mean_dice" in parser["validate#key_metric"]
 
 
-@pytest.mark.parametrize("module", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m for m in BUNDLES],
-                         ids=lambda m: m.NAME)
+@pytest.mark.parametrize("module", BUNDLES, ids=lambda m: m.NAME)
 def test_one_epoch_and_one_validation_on_the_cpu(module, tmp_path):
     bundle = write_sample_bundle(tmp_path / "model", module, "tiny")
     studies = _studies(module, tmp_path / "data", STUDIES.get(module, 3))
