@@ -94,7 +94,7 @@ def test_compat_drops_img_size_and_keeps_the_rest(caplog):
 def test_written_bundle_loads_strictly(tmp_path):
     bundle = write_sample_bundle(tmp_path, sample, "tiny")
     assert sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()) == [
-        "configs/inference.json", "configs/metadata.json", "models/model.pt"]
+        "configs/inference.json", "configs/metadata.json", "configs/train.json", "models/model.pt"]
     load_weights(sample.build_network("tiny"), bundle / "models" / "model.pt")
 
 

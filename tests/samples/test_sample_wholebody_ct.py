@@ -83,7 +83,8 @@ def test_full_network_is_the_real_size():
 def test_written_bundle_has_both_checkpoints(tmp_path):
     bundle = write_sample_bundle(tmp_path, sample, "tiny")
     assert sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()) == [
-        "configs/inference.json", "configs/metadata.json", "models/model.pt", "models/model_lowres.pt"]
+        "configs/inference.json", "configs/metadata.json", "configs/train.json", "models/model.pt",
+        "models/model_lowres.pt"]
     nets = [sample.build_network("tiny") for _ in sample.WEIGHT_FILES]
     for net, rel in zip(nets, sample.WEIGHT_FILES):
         load_weights(net, bundle / rel)

@@ -10,6 +10,10 @@ import torch
 
 SIZES = ("tiny", "full")
 SAMPLE_MARK = "rocm_zoo.sample"  # in metadata.json "version" of every sample bundle; real bundles never carry it
+# Data loading of the tiny training configs (full keeps upstream's): a CPU test trains on a few small phantoms for an
+# epoch, where worker processes and a cache of the deterministic transforms would only add start-up time.
+TINY_NUM_WORKERS = 0
+TINY_CACHE_RATE = 0.0
 
 
 def check_size(size: str) -> None:

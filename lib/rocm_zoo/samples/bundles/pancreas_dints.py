@@ -10,6 +10,14 @@ a valid but arbitrary architecture. As upstream, the file is pickled numpy and t
 `full` has the bundle's real sizes (96^3 patches, 1 mm voxels, channel_mul 1, 12 blocks); `tiny` changes only the
 size keys (channel_mul, num_blocks, patch size, voxel spacing) so a CPU runs a ~400 mm phantom in seconds. Weights are
 untrained (seeded random) at both sizes. Neither is a clinical model.
+
+`configs/train.yaml` mirrors upstream's: DiNTS built from the same searched architecture code, DiceCELoss, SGD with a
+StepLR `lr_scheduler` (stepped by `train#handlers`' LrScheduleHandler), the `label4crop` dilation that
+RandCropByLabelClassesd samples from, SupervisedTrainer with `amp`, MeanDice `val_mean_dice`, `initialize` / `run`
+(upstream has no `finalize`). Its quirks are upstream's too (plain `torch.load` of the architecture code, a CUDA
+`dints_space#device`); the training overlay fixes them as the inference overlay does. `tiny` sizes it like the
+inference config (64^3 patches, 4 mm, the dilation half a patch: 32 voxels for upstream's 48) and loads data without
+workers or cache (`common.TINY_NUM_WORKERS`).
 """
 
 from __future__ import annotations
@@ -25,11 +33,13 @@ import torch
 import yaml
 
 from rocm_zoo.samples import phantom
-from rocm_zoo.samples.bundles.common import check_size, sample_version, write_json, write_text, write_torch
+from rocm_zoo.samples.bundles.common import (TINY_CACHE_RATE, TINY_NUM_WORKERS, check_size, sample_version,
+                                             write_json, write_text, write_torch)
 
 NAME = "pancreas_ct_dints_segmentation"
 UPSTREAM_VERSION = "0.5.0"
 CONFIG_FILE = "configs/inference.yaml"
+TRAIN_CONFIG_FILE = "configs/train.yaml"
 ARCH_FILE = "models/search_code_18590.pt"
 NUM_DEPTHS = 4  # both sizes: patches must be multiples of 2 ** (NUM_DEPTHS + 1) = 32
 IN_CHANNELS, NUM_CLASSES = 1, 3
@@ -186,6 +196,161 @@ def inference_config(size: str) -> dict:
     }
 
 
+def train_config(size: str) -> dict:
+    """The bundle's configs/train.yaml: the Model Zoo layout, keys, transforms, loss, optimiser and scheduler, sized by
+    `size`."""
+    s = _size(size)
+    full = size == "full"
+    workers = 4 if full else TINY_NUM_WORKERS
+    cache_rate = 0.125 if full else TINY_CACHE_RATE
+    both = ["@image_key", "@label_key"]
+    roi = [s.roi] * 3
+    loss_output = "$monai.handlers.from_engine(['loss'], first=True)"
+    pred_label = "$monai.handlers.from_engine(['pred', 'label'])"
+    # one channel per class, each label dilated by half a patch: crops centred anywhere in it still hold the class
+    dilate = ("$lambda x, s=@output_classes: np.concatenate(tuple([ndimage.binary_dilation((x==_k).astype(x.dtype), "
+              f"iterations={s.roi // 2}).astype(float) for _k in range(s)]), axis=0)")
+    flips = [{"_target_": "RandFlipd", "keys": both, "spatial_axis": axis, "prob": 0.5} for axis in range(3)]
+    return {
+        "imports": ["$import glob", "$import json", "$import os", "$import ignite", "$from scipy import ndimage"],
+        "input_channels": IN_CHANNELS,
+        "output_classes": NUM_CLASSES,
+        "arch_ckpt_path": f"$@bundle_root + '/{ARCH_FILE}'",
+        "arch_ckpt": "$torch.load(@arch_ckpt_path, map_location=torch.device('cuda'))",
+        "bundle_root": ".",
+        "ckpt_dir": "$@bundle_root + '/models'",
+        "output_dir": "$@bundle_root + '/eval'",
+        "dataset_dir": "/workspace/data/msd/Task07_Pancreas",
+        "data_list_file_path": "$@bundle_root + '/configs/dataset_0.json'",
+        "train_datalist": "$monai.data.load_decathlon_datalist(@data_list_file_path, data_list_key='training', "
+                          "base_dir=@dataset_dir)",
+        "val_datalist": "$monai.data.load_decathlon_datalist(@data_list_file_path, data_list_key='validation', "
+                        "base_dir=@dataset_dir)",
+        "device": "$torch.device('cuda:0' if torch.cuda.is_available() else 'cpu')",
+        "dints_space": {
+            "_target_": "monai.networks.nets.TopologyInstance",
+            "channel_mul": s.channel_mul,
+            "num_blocks": s.num_blocks,
+            "num_depths": NUM_DEPTHS,
+            "use_downsample": True,
+            "arch_code": ["$@arch_ckpt['arch_code_a']", "$@arch_ckpt['arch_code_c']"],
+            "device": "$torch.device('cuda')",
+        },
+        "network_def": {
+            "_target_": "monai.networks.nets.DiNTS",
+            "dints_space": "@dints_space",
+            "in_channels": "@input_channels",
+            "num_classes": "@output_classes",
+            "use_downsample": True,
+            "node_a": "$@arch_ckpt['node_a']",
+        },
+        "network": "$@network_def.to(@device)",
+        "loss": {"_target_": "DiceCELoss", "include_background": False, "to_onehot_y": True, "softmax": True,
+                 "squared_pred": True, "batch": True, "smooth_nr": 1.0e-05, "smooth_dr": 1.0e-05},
+        "optimizer": {"_target_": "torch.optim.SGD", "params": "$@network.parameters()", "momentum": 0.9,
+                      "weight_decay": 4.0e-05, "lr": 0.025},
+        "lr_scheduler": {"_target_": "torch.optim.lr_scheduler.StepLR", "optimizer": "@optimizer", "step_size": 80,
+                         "gamma": 0.5},
+        "image_key": "image",
+        "label_key": "label",
+        "val_interval": 10,
+        "train": {
+            "deterministic_transforms": [
+                {"_target_": "LoadImaged", "keys": both, "image_only": False},
+                {"_target_": "EnsureChannelFirstd", "keys": both},
+                {"_target_": "Orientationd", "keys": both, "axcodes": "RAS"},
+                {"_target_": "Spacingd", "keys": both, "pixdim": [s.pixdim] * 3, "mode": ["bilinear", "nearest"],
+                 "align_corners": [True, True]},
+                {"_target_": "CastToTyped", "keys": "@image_key", "dtype": "$torch.float32"},
+                {"_target_": "ScaleIntensityRanged", "keys": "@image_key", "a_min": -87, "a_max": 199, "b_min": 0,
+                 "b_max": 1, "clip": True},
+                {"_target_": "CastToTyped", "keys": both, "dtype": ["$np.float16", "$np.uint8"]},
+                {"_target_": "CopyItemsd", "keys": "@label_key", "times": 1, "names": ["label4crop"]},
+                {"_target_": "Lambdad", "keys": "label4crop", "func": dilate, "overwrite": True},
+                {"_target_": "EnsureTyped", "keys": both},
+                {"_target_": "CastToTyped", "keys": "@image_key", "dtype": "$torch.float32"},
+                {"_target_": "SpatialPadd", "keys": [*both, "label4crop"], "spatial_size": roi,
+                 "mode": ["reflect", "constant", "constant"]},
+            ],
+            "random_transforms": [
+                {"_target_": "RandCropByLabelClassesd", "keys": both, "label_key": "label4crop",
+                 "num_classes": "@output_classes", "ratios": "$[1,] * @output_classes", "spatial_size": roi,
+                 "num_samples": 1},
+                {"_target_": "Lambdad", "keys": "label4crop", "func": "$lambda x: 0"},
+                {"_target_": "RandRotated", "keys": both, "range_x": 0.3, "range_y": 0.3, "range_z": 0.3,
+                 "mode": ["bilinear", "nearest"], "prob": 0.2},
+                {"_target_": "RandZoomd", "keys": both, "min_zoom": 0.8, "max_zoom": 1.2,
+                 "mode": ["trilinear", "nearest"], "align_corners": [True, None], "prob": 0.16},
+                {"_target_": "RandGaussianSmoothd", "keys": "@image_key", "sigma_x": [0.5, 1.15],
+                 "sigma_y": [0.5, 1.15], "sigma_z": [0.5, 1.15], "prob": 0.15},
+                {"_target_": "RandScaleIntensityd", "keys": "@image_key", "factors": 0.3, "prob": 0.5},
+                {"_target_": "RandShiftIntensityd", "keys": "@image_key", "offsets": 0.1, "prob": 0.5},
+                {"_target_": "RandGaussianNoised", "keys": "@image_key", "std": 0.01, "prob": 0.15},
+                *flips,
+                {"_target_": "CastToTyped", "keys": both, "dtype": ["$torch.float32", "$torch.uint8"]},
+                {"_target_": "ToTensord", "keys": both},
+            ],
+            "preprocessing": {"_target_": "Compose",
+                              "transforms": "$@train#deterministic_transforms + @train#random_transforms"},
+            "dataset": {"_target_": "CacheDataset", "data": "@train_datalist", "transform": "@train#preprocessing",
+                        "cache_rate": cache_rate, "num_workers": workers},
+            "dataloader": {"_target_": "DataLoader", "dataset": "@train#dataset", "batch_size": 2, "shuffle": True,
+                           "num_workers": workers},
+            "inferer": {"_target_": "SimpleInferer"},
+            "postprocessing": {
+                "_target_": "Compose",
+                "transforms": [
+                    {"_target_": "Activationsd", "keys": "pred", "softmax": True},
+                    {"_target_": "AsDiscreted", "keys": ["pred", "label"], "argmax": [True, False],
+                     "to_onehot": "@output_classes"},
+                ],
+            },
+            "handlers": [
+                {"_target_": "LrScheduleHandler", "lr_scheduler": "@lr_scheduler", "print_lr": True},
+                {"_target_": "ValidationHandler", "validator": "@validate#evaluator", "epoch_level": True,
+                 "interval": "@val_interval"},
+                {"_target_": "StatsHandler", "tag_name": "train_loss", "output_transform": loss_output},
+                {"_target_": "TensorBoardStatsHandler", "log_dir": "@output_dir", "tag_name": "train_loss",
+                 "output_transform": loss_output},
+            ],
+            "key_metric": {"train_accuracy": {"_target_": "ignite.metrics.Accuracy", "output_transform": pred_label}},
+            "trainer": {
+                "_target_": "SupervisedTrainer", "max_epochs": 400, "device": "@device",
+                "train_data_loader": "@train#dataloader", "network": "@network", "loss_function": "@loss",
+                "optimizer": "@optimizer", "inferer": "@train#inferer", "postprocessing": "@train#postprocessing",
+                "key_train_metric": "@train#key_metric", "train_handlers": "@train#handlers", "amp": True,
+            },
+        },
+        "validate": {
+            "preprocessing": {"_target_": "Compose", "transforms": "%train#deterministic_transforms"},
+            "dataset": {"_target_": "CacheDataset", "data": "@val_datalist", "transform": "@validate#preprocessing",
+                        "cache_rate": cache_rate},
+            "dataloader": {"_target_": "DataLoader", "dataset": "@validate#dataset", "batch_size": 1,
+                           "shuffle": False, "num_workers": workers},
+            "inferer": {"_target_": "SlidingWindowInferer", "roi_size": roi, "sw_batch_size": 6, "overlap": 0.625},
+            "postprocessing": "%train#postprocessing",
+            "handlers": [
+                {"_target_": "StatsHandler", "iteration_log": False},
+                {"_target_": "TensorBoardStatsHandler", "log_dir": "@output_dir", "iteration_log": False},
+                {"_target_": "CheckpointSaver", "save_dir": "@ckpt_dir", "save_dict": {"model": "@network"},
+                 "save_key_metric": True, "key_metric_filename": "model.pt"},
+            ],
+            "key_metric": {"val_mean_dice": {"_target_": "MeanDice", "include_background": False,
+                                             "output_transform": pred_label}},
+            "additional_metrics": {"val_accuracy": {"_target_": "ignite.metrics.Accuracy",
+                                                    "output_transform": pred_label}},
+            "evaluator": {
+                "_target_": "SupervisedEvaluator", "device": "@device", "val_data_loader": "@validate#dataloader",
+                "network": "@network", "inferer": "@validate#inferer", "postprocessing": "@validate#postprocessing",
+                "key_val_metric": "@validate#key_metric", "additional_metrics": "@validate#additional_metrics",
+                "val_handlers": "@validate#handlers", "amp": True,
+            },
+        },
+        "initialize": ["$monai.utils.set_determinism(seed=123)"],
+        "run": ["$@train#trainer.run()"],
+    }
+
+
 def datalist() -> dict:
     """configs/dataset_0.json: the Decathlon layout the config reads (`testing` under `--dataset_dir`), listing the
     rocm_zoo test phantoms instead of the Task07 cases."""
@@ -231,10 +396,12 @@ def metadata(size: str) -> dict:
 
 
 def write_files(bundle_dir: Path, size: str) -> None:
-    """Configs, metadata, datalist and the architecture code; weights are written by `write_sample_bundle`."""
+    """Configs (inference and train), metadata, datalist and the architecture code; weights are written by
+    `write_sample_bundle`."""
     check_size(size)
     bundle_dir = Path(bundle_dir)
     write_text(bundle_dir / CONFIG_FILE, yaml.safe_dump(inference_config(size), sort_keys=False, width=120))
+    write_text(bundle_dir / TRAIN_CONFIG_FILE, yaml.safe_dump(train_config(size), sort_keys=False, width=120))
     write_json(bundle_dir / "configs" / "metadata.json", metadata(size))
     write_json(bundle_dir / "configs" / "dataset_0.json", datalist())
     write_torch(bundle_dir / ARCH_FILE, arch_code(size))
