@@ -49,6 +49,18 @@ def test_make_is_called_once_per_key_and_hits_and_misses_are_counted():
     assert cache.size_bytes() == 2 * KB
 
 
+def test_an_entry_made_without_keep_is_used_but_not_kept_and_an_existing_one_is_still_a_hit():
+    # Batch work (a batch, the uncertainty ranking) reads each study once: it must not push out clinicians' images.
+    cache = ImageCache(max_bytes=10 * KB)
+    kept, once = Maker(lambda: _entry(KB, 1.0)), Maker(lambda: _entry(KB, 2.0))
+    cache.get_or_make(("kept",), kept)
+    assert cache.get_or_make(("kept",), kept, keep=False)["image"][0].item() == 1.0
+    for _ in range(2):
+        assert cache.get_or_make(("once",), once, keep=False)["image"][0].item() == 2.0
+    assert (kept.calls, once.calls) == (1, 2)
+    assert cache.size_bytes() == KB
+
+
 def test_clear_forgets_everything_so_make_runs_again():
     cache = ImageCache(max_bytes=10 * KB)
     a = Maker(lambda: _entry(KB))

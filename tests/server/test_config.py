@@ -203,3 +203,28 @@ def test_without_ray_the_batch_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(ray_pool.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match=r"pip install -e '\.\[ray\]'"):
         ray_pool.connect()
+
+
+# --- the uncertainty strategy's keys --------------------------------------------------------------------------------
+
+
+def test_uncertainty_keys_default_and_parse():
+    cfg = AppConfig.from_conf({})
+    assert (cfg.uncertainty_model, cfg.uncertainty_flips, cfg.uncertainty_max_new) == ("", 2, 8)
+    cfg = AppConfig.from_conf({"uncertainty_model": "wholeBody_ct", "uncertainty_flips": "7",
+                               "uncertainty_max_new": "1"})
+    assert (cfg.uncertainty_model, cfg.uncertainty_flips, cfg.uncertainty_max_new) == ("wholeBody_ct", 7, 1)
+
+
+@pytest.mark.parametrize("conf, expected", [
+    ({"uncertainty_model": "wholeBody"}, "Did you mean 'wholeBody_ct'"),
+    ({"uncertainty_model": "spleen_deepedit"}, "automatic segmentation model"),  # interactive
+    ({"uncertainty_model": "wholeBody_ct", "models": "spleen_deepedit"}, "add wholeBody_ct to --conf models"),
+    ({"uncertainty_flips": "0"}, "uncertainty_flips takes a whole number 1 to 7"),
+    ({"uncertainty_flips": "8"}, "1 to 7"),
+    ({"uncertainty_max_new": "0"}, "uncertainty_max_new takes a whole number >= 1"),
+    ({"uncertainty_max_new": "many"}, ">= 1, not 'many'"),
+])
+def test_uncertainty_keys_are_checked(conf, expected):
+    with pytest.raises(ConfigError, match=expected):
+        AppConfig.from_conf(conf)

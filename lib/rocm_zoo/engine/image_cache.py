@@ -86,7 +86,8 @@ class ImageCache:
     def max_bytes(self) -> int:
         return self._entries.max_bytes
 
-    def get_or_make(self, key: tuple, make: Callable[[], dict]) -> dict:
+    def get_or_make(self, key: tuple, make: Callable[[], dict], keep: bool = True) -> dict:
+        """The cached entry for `key`, or `make()`'s, kept for next time unless `keep` is false."""
         entry = self._entries.get(key)
         if entry is not None:
             with self._count_lock:
@@ -95,6 +96,8 @@ class ImageCache:
         entry = make()
         with self._count_lock:
             self.misses += 1
+        if not keep:
+            return entry
         self._entries.put(key, entry)
         return fresh_copy(entry)
 

@@ -7,23 +7,29 @@ MONAI Label loads `<app>/main.py`, which is `app_main.py` of this package (a sym
 `rocm_zoo`.
 """
 
+import logging
 import sys
 import time
 from pathlib import Path
 
 from monailabel.config import settings
 from monailabel.interfaces.app import MONAILabelApp
+from monailabel.tasks.activelearning.first import First
+from monailabel.tasks.activelearning.random import Random
 
 from rocm_zoo import __version__
 from rocm_zoo.engine.scheduler import Priority
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
-from rocm_zoo.server import access, auth, batch_routes, http_errors, request_stages, routes, train_routes, uploads
+from rocm_zoo.server import access, activelearning_routes, auth, batch_routes, http_errors, request_stages, routes
+from rocm_zoo.server import train_routes, uploads
 from rocm_zoo.server.batch import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.server.datastore import CheckedLocalDatastore
 from rocm_zoo.server.request_queue import RequestService
 from rocm_zoo.server.training import Training
+from rocm_zoo.server.uncertainty import UncertaintyStrategy
 from rocm_zoo.server.zoo import Zoo
 
+logger = logging.getLogger(__name__)
 
 # Requests of a class that run at once: their host parts (reading, encoding) overlap; their device parts take turns.
 # Automatic requests one at a time: each holds a whole preprocessed volume (and its output) in device memory.
@@ -55,6 +61,21 @@ class MyApp(MONAILabelApp):
                 self.training.add(task.entry.model, Path(task.bundle_path), task.bundle_entry.weights,
                                   self._labels_of(task.entry.name), task.entry.interactive)
         return dict(self.training.trainers)
+
+    def init_strategies(self):
+        strategies = {"random": Random(), "first": First()}
+        conf = self.zoo.config
+        # The configured model, else the first automatic segmentation model served.
+        model = conf.uncertainty_model or next(
+            (name for name, task in self.zoo.tasks.items() if task.entry.kind == "segmentation"), "")
+        if model in self.zoo.tasks:
+            strategies["uncertainty"] = UncertaintyStrategy(
+                self.zoo.tasks[model], conf.uncertainty_flips, conf.uncertainty_max_new,
+                requests_running=lambda: hasattr(self, "request_service") and self.request_service.running())
+        else:
+            logger.warning("rocm_zoo: no /activelearning/uncertainty: %s", self.zoo.missing.get(
+                model, "no automatic segmentation model is served"))
+        return strategies
 
     def init_datastore(self):
         if self.studies.startswith(("http://", "https://")):
@@ -90,6 +111,7 @@ class MyApp(MONAILabelApp):
                                             check_ids=lambda ids: access.check_ids(ids, self.datastore()))
             batch_routes.install(web, self.batch_runner, lambda: list(self._infers))
             train_routes.install(web, self.training)
+            activelearning_routes.install(web)  # the uncertainty ranking runs networks: not on the event loop
             # Log in beyond loopback (local users or Keycloak); after every route of ours exists, so roles apply.
             self.auth_mode = auth.install(web, self.zoo.config, self.app_dir)
         if self.zoo.config.warmup:

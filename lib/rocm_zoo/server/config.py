@@ -7,12 +7,13 @@ from dataclasses import dataclass, fields
 
 from rocm_zoo.errors import ConfigError
 from rocm_zoo.names import did_you_mean
-from rocm_zoo.registry import select_models
+from rocm_zoo.registry import TASKS, batch_models, select_models
 
 # Keys MONAI Label itself reads from --conf; accepted and left to it.
 MONAILABEL_KEYS = ("server_mode",)
 BATCH_ENGINES = ("inprocess", "ray")
 AUTH_MODES = ("auto", "on", "off")  # auto: on as soon as the server listens beyond loopback
+MAX_FLIPS = 7  # every combination of the three axes (rocm_zoo.engine.flip_uncertainty.FLIP_AXES)
 
 
 def _bool(key: str, value: str | bool) -> bool:
@@ -46,6 +47,9 @@ class AppConfig:
     token_hours: float = 12.0  # lifetime of a login token
     cors_origins: tuple[str, ...] = ()  # browser origins (viewers served elsewhere) allowed to call the API
     train_device: str = ""  # where trainings run: "" the server's device (lowest priority there), or e.g. "cuda:1"
+    uncertainty_model: str = ""  # /activelearning/uncertainty ranks with it ("": the first automatic model served)
+    uncertainty_flips: int = 2  # flipped predictions besides the plain one: (flips + 1) network runs per study
+    uncertainty_max_new: int = 8  # studies an /activelearning/uncertainty call scores at most (the rest: next calls)
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> AppConfig:
@@ -54,8 +58,9 @@ class AppConfig:
             if key not in known and key not in MONAILABEL_KEYS:
                 hint = did_you_mean(key, known)
                 raise ConfigError(f"Unknown --conf key '{key}'.{hint} Known keys: {', '.join(known)}")
+        models = select_models(conf.get("models", "all"))
         return cls(
-            models=select_models(conf.get("models", "all")),
+            models=models,
             device=conf.get("device", cls.device),
             warmup=_bool("warmup", conf.get("warmup", "true")),
             image_cache_gb=_gigabytes(conf, "image_cache_gb", cls.image_cache_gb),
@@ -73,7 +78,35 @@ class AppConfig:
             token_hours=_positive(conf, "token_hours", cls.token_hours),
             cors_origins=_origins(conf.get("cors_origins", "")),
             train_device=conf.get("train_device", cls.train_device),
+            uncertainty_model=_uncertainty_model(conf.get("uncertainty_model", cls.uncertainty_model), models),
+            uncertainty_flips=_within(conf, "uncertainty_flips", cls.uncertainty_flips, 1, MAX_FLIPS),
+            uncertainty_max_new=_within(conf, "uncertainty_max_new", cls.uncertainty_max_new, 1, None),
         )
+
+
+def _uncertainty_model(name: str, models: tuple[str, ...]) -> str:
+    """An automatic segmentation task of a served model, or "" (the app picks the first one served)."""
+    if not name:
+        return ""
+    automatic = batch_models()
+    if name not in automatic:
+        hint = did_you_mean(name, automatic)
+        raise ConfigError(f"--conf uncertainty_model takes an automatic segmentation model, not '{name}'.{hint} "
+                          f"Known: {', '.join(automatic)}")
+    if TASKS[name].model not in models:
+        raise ConfigError(f"--conf uncertainty_model {name} is not served: add {TASKS[name].model} to --conf models")
+    return name
+
+
+def _within(conf: dict[str, str], key: str, default: int, low: int, high: int | None) -> int:
+    try:
+        value = int(conf.get(key, default))
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        allowed = f"{low} to {high}" if high is not None else f">= {low}"
+        raise ConfigError(f"--conf {key} takes a whole number {allowed}, not '{conf[key]}'")
+    return value
 
 
 def _choice(conf: dict[str, str], key: str, choices: tuple[str, ...], default: str) -> str:

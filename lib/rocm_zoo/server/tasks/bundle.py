@@ -32,6 +32,7 @@ from rocm_zoo.errors import ConfigError, ImageNotFound, InvalidRequest, VolumeTo
 from rocm_zoo.engine.image_cache import IMAGE_ONLY_TRANSFORMS, ImageCache, file_identity, split_image_only
 from rocm_zoo.engine.overlay import BUNDLE_IMPORT_LOCK, load_config
 from rocm_zoo.engine.pool import NetworkPool, NetworkSpec, compiled_graphs
+from rocm_zoo.engine.scheduler import Priority, current_work
 from rocm_zoo.registry import BUNDLES, Request, TaskEntry
 from rocm_zoo.server.label_writer import DeviceLabelWriter
 from rocm_zoo.engine.volume_check import first_line
@@ -182,7 +183,11 @@ class OverlayBundleTask(BundleInferTask):
             reset_ops_id(loaded[self.input_key])
             return loaded
 
-        cached = self.image_cache.get_or_make(self.image_cache_key(image), load) if self.cache_preprocessed else load()
+        # Batch and background work (a batch, the uncertainty ranking) reads every study once: it uses an image a
+        # clinician has open, but keeping its own would push those out.
+        keep = current_work().priority < Priority.BATCH
+        cached = self.image_cache.get_or_make(self.image_cache_key(image), load, keep) if self.cache_preprocessed \
+            else load()
         data.update(cached)
         self.prepare_request(data)
         return run_transforms(data, tail, log_prefix="PRE", use_compose=False) if tail else data
