@@ -20,8 +20,7 @@ from monailabel.tasks.activelearning.random import Random
 from rocm_zoo import __version__
 from rocm_zoo.engine.scheduler import Priority
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
-from rocm_zoo.server import access, activelearning_routes, auth, batch_routes, http_errors, request_stages, routes
-from rocm_zoo.server import train_routes, uploads
+from rocm_zoo.server import access, auth, batch_routes, http_errors, request_stages, routes, train_routes, uploads
 from rocm_zoo.server.batch import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.server.datastore import CheckedLocalDatastore
 from rocm_zoo.server.request_queue import RequestService
@@ -111,7 +110,6 @@ class MyApp(MONAILabelApp):
                                             check_ids=lambda ids: access.check_ids(ids, self.datastore()))
             batch_routes.install(web, self.batch_runner, lambda: list(self._infers))
             train_routes.install(web, self.training)
-            activelearning_routes.install(web)  # the uncertainty ranking runs networks: not on the event loop
             # Log in beyond loopback (local users or Keycloak); after every route of ours exists, so roles apply.
             self.auth_mode = auth.install(web, self.zoo.config, self.app_dir)
         if self.zoo.config.warmup:

@@ -51,19 +51,34 @@ def _put_first(web: FastAPI, add: Callable[[], None]) -> None:
 
 
 def run_blocking_handlers_in_threads(web: FastAPI) -> None:
-    for i, route in enumerate(web.router.routes):
+    _handlers_in_threads(web.router)
+
+
+def _handlers_in_threads(router) -> None:
+    """Replaces, in `router` and every router included in it, each MONAI Label coroutine handler by a thread one.
+    FastAPI (0.16x) keeps an included router as one entry that resolves the router's own routes when first matched,
+    so the replacement happens in the included router itself."""
+    changed = False
+    for i, route in enumerate(router.routes):
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            _handlers_in_threads(included)
+            continue
         if not isinstance(route, APIRoute) or not inspect.iscoroutinefunction(route.endpoint):
             continue
         module = getattr(route.endpoint, "__module__", "")
         if not module.startswith("monailabel.endpoints") or module in TRULY_ASYNC_MODULES:
             continue
-        web.router.routes[i] = APIRoute(
+        router.routes[i] = APIRoute(
             route.path, _in_thread(route.endpoint), methods=route.methods, name=route.name, summary=route.summary,
             description=route.description, tags=route.tags, dependencies=route.dependencies,
             responses=route.responses, response_class=route.response_class, status_code=route.status_code,
             include_in_schema=route.include_in_schema, deprecated=route.deprecated,
             operation_id=route.operation_id, response_model=route.response_model,
         )
+        changed = True
+    if changed and hasattr(router, "_mark_routes_changed"):  # an included router's resolved routes are cached
+        router._mark_routes_changed()
 
 
 def _in_thread(endpoint: Callable[..., Any]) -> Callable[..., Any]:
