@@ -22,7 +22,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_help_lists_every_command():
     out = run("--help")
     assert out.returncode == 0
-    for command in ("sample", "serve", "env", "bench", "bench-click", "bench-warmup", "models"):
+    for command in ("sample", "serve", "env", "bench", "bench-click", "bench-warmup", "bench-train", "models"):
         assert command in out.stdout
 
 

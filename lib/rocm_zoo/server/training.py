@@ -77,7 +77,8 @@ class Training:
             trainer = self.trainers.get(name)
             if trainer is None:
                 raise ModelNotFound(f"There is no train task '{name}'. Train tasks: {', '.join(self.trainers)}")
-            request = {**DEFAULTS, **params.get(name, {}), **{k: v for k, v in params.items() if k in DEFAULTS}}
+            own = params.get(name) if isinstance(params.get(name), dict) else {}
+            request = {**DEFAULTS, **own, **{k: v for k, v in params.items() if k in DEFAULTS}}
             datalist = training_data.final_labels(self.datastore(), trainer.labels)
             if changed_only and datalist.fingerprint() == TrainedOn(trainer.bundle_dir).read():
                 skipped[name] = "its final labels did not change since its last training"
@@ -94,10 +95,13 @@ class Training:
         return {"started": [r.as_json() for r in records], "skipped": skipped}
 
     def _job(self, trainer: BundleTrainer, datalist: training_data.Datalist, request: dict[str, Any]) -> TrainJob:
-        max_epochs = int(request["max_epochs"])
+        try:
+            max_epochs, val_split = int(request["max_epochs"]), float(request["val_split"])
+        except (TypeError, ValueError) as e:
+            raise InvalidRequest(f"max_epochs takes a whole number and val_split a fraction ({e})") from e
         if max_epochs < 1:
             raise InvalidRequest(f"max_epochs must be at least 1 (not {max_epochs})")
-        train, val = training_data.split(datalist, float(request["val_split"]))
+        train, val = training_data.split(datalist, val_split)
         overlay = OVERLAYS_DIR / trainer.bundle_dir.name / OVERLAY_FILE
         plan = TrainPlan(trainer.bundle_dir, train_config_of(trainer.bundle_dir),
                          (overlay,) if overlay.is_file() else (), trainer.weights, train, val, self.device, max_epochs,
