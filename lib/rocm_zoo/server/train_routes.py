@@ -3,9 +3,10 @@ and reports no progress).
 
 Same paths and parameters as MONAI Label's: Slicer's Train posts `/train/{model}` (options as the JSON body), OHIF's
 "Update Model" posts `/train/` (here: only the models whose final labels changed since their last training), `GET
-/train/` gives the latest training's record (`all=true`: every one since start-up; `check_if_running=true`: 404 when
-none runs), `DELETE /train/` stops. A second train request while one runs gets 429 with the reason, as MONAI Label's.
-Progress is in each record and in `/info` -> `train_stats`, where both viewers read it.
+/train/` gives the running training's record, else the latest one (`all=true`: every one since start-up;
+`check_if_running=true`: 404 when none runs), `DELETE /train/` stops. A second train request while one runs gets 429
+with the reason, as MONAI Label's. Progress is in each record and in `/info` -> `train_stats`, where both viewers read
+it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def install(app: FastAPI, training: Training) -> None:
         records = service.records()
         if not records:
             raise HTTPException(status_code=404, detail="No training has run since the server started")
-        return records if all else records[-1]
+        return records if all else service.running() or records[-1]
 
     @app.post("/train/", summary="Train every model whose final labels changed since its last training")
     def run_all(params: Optional[dict] = Body(None), run_sync: bool = False,
