@@ -5,8 +5,9 @@ this process and at the device scheduler's lowest class.
 Each training step (forward, loss, backward, optimiser step) and each other forward (validation, DeepEdit's simulated
 clicks) is one device turn of background work, so a click waits for at most one of them; host work (data loading, the
 click simulation between forwards) takes no turn (on the H200 a turn per whole DeepEdit iteration, clicks included,
-left clicks waiting up to 550 ms at p90). The served model is never touched here: the run validates the served weights first (the baseline), keeps the
-best weights it validates, and says whether they beat the baseline; publishing is the caller's decision.
+left clicks waiting up to 550 ms at p90). The served model is never touched here: the run validates the served
+weights first (the baseline), keeps the best weights it validates, and says whether they beat the baseline;
+publishing is the caller's decision.
 """
 
 from __future__ import annotations
