@@ -113,8 +113,11 @@ class WarmNetwork:
         if full > n:
             x = torch.cat([x, x.new_zeros((full - n, *x.shape[1:]))])
         x = in_layout(x, MEMORY_FORMATS[self.key.memory_format])
+        # No autocast weight cache (served parameters need no grad, so there is nothing to cache anyway): PyTorch's
+        # cache is process-wide, and one thread clearing it at autocast exit (decref under its mutex, then waiting for
+        # the GIL) deadlocked with another tracing a compile under autocast (holding the GIL, waiting for the mutex).
         autocast = (
-            torch.autocast(self.backend.device.split(":")[0], dtype=self.dtype)
+            torch.autocast(self.backend.device.split(":")[0], dtype=self.dtype, cache_enabled=False)
             if self.dtype != torch.float32
             else nullcontext()
         )
@@ -215,7 +218,7 @@ def build_network(spec: NetworkSpec) -> WarmNetwork:
         network = parser.get_parsed_content("network_def", instantiate=True)
     weights = Path(spec.bundle_dir) / spec.weights
     load_weights(network, weights)
-    network = prepare_network(network.eval(), settings, backend.device)
+    network = prepare_network(network.eval(), settings, backend.device).requires_grad_(False)
     compile_mode = (settings.compile_mode or "default") if backend.compile else "eager"
     if not backend.compile:
         runner = network
