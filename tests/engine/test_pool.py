@@ -55,6 +55,9 @@ def test_one_network_per_spec_and_device_spelling(bundle):
     assert pool.get(NetworkSpec(bundle, "configs/inference.json", "models/model.pt", (), "cpu")) is net
     assert pool.peek(spec(bundle)) is net and pool.networks() == [net]
     assert NetworkPool().peek(spec(bundle)) is None  # peek never builds
+    # Served weights need no grad: autocast then caches no casts of them (its process-wide cache, cleared at every
+    # autocast exit, deadlocked a batch study against a compile traced in another thread).
+    assert not any(p.requires_grad for p in net.eager.parameters())
 
 
 def test_weights_load_strictly(bundle):
