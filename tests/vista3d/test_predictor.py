@@ -24,6 +24,9 @@ class EagerNetwork:
         with torch.no_grad():
             return self.eager(x, *args, **kwargs)
 
+    def after_swap(self, hook) -> None:  # its weights are never swapped
+        pass
+
 
 def _network() -> EagerNetwork:
     torch.manual_seed(0)

@@ -23,6 +23,9 @@ class EagerNetwork:
         with torch.no_grad():
             return self.eager(x, *args, **kwargs)
 
+    def after_swap(self, hook) -> None:  # its weights are never swapped
+        pass
+
 
 @pytest.fixture
 def monai_functions(monkeypatch):
