@@ -24,8 +24,9 @@ from zoo_test_support import monailabel_server
 pytestmark = pytest.mark.slow
 
 REQUEST_TIMEOUT_S = 20
-# A field of view of 60 x 60 x 45 cm: the tiny wholeBody_ct (4 mm, 48^3 windows) needs minutes on a CPU.
-WIDE = phantom.PhantomSpec("wide_fov", (200, 200, 150), (3.0, 3.0, 3.0), seed=4_242)
+# A field of view of 84 x 84 x 69 cm: the tiny wholeBody_ct (4 mm, 48^3 windows) needs well over the deadline on a CPU
+# (60 x 60 x 45 cm took 12.6 s once served networks stopped requiring grad).
+WIDE = phantom.PhantomSpec("wide_fov", (280, 280, 230), (3.0, 3.0, 3.0), seed=4_242)
 STUDIES = ("phantom_test0", "phantom_test1")
 
 
@@ -110,9 +111,10 @@ def test_a_click_during_a_background_compile_is_not_delayed_by_it(shared, sample
     compile_s = float(warm_state(url, "wholeBody_ct").split("(")[1].split()[0])
     alone = statistics.median(click(url, STUDIES[0], sample_env, "alice") for _ in range(3))
     # Beside a compiler the click shares the CPU cores (this machine's only "device"; the compiler's threads take most
-    # of two cores: 4x slower clicks were seen in CI), but it never waits for the compile, which takes far longer.
+    # of two cores: 4x slower clicks were seen in CI) and may wait for one warm-up forward (a background turn), but it
+    # never waits for the compile, which takes far longer (before the scheduler: 93 s).
     slowest = max(during[1:])
-    assert slowest <= 4 * alone + 2.0 and slowest < compile_s / 4, \
+    assert slowest <= 4 * alone + 4.0 and slowest < compile_s / 4, \
         f"clicks during the compile {during}, alone {alone:.2f} s, the compile {compile_s:.0f} s"
 
 
