@@ -3,7 +3,9 @@
 # Python 3.12; see docs/benchmarks.md). Full-size sample DeepEdit and wholeBody_ct bundles (seeded, untrained) and
 # phantoms with labels in each bundle's numbering; per bundle: fp32 eager vs the training overlay, same seeds and data
 # order; then DeepEdit clicks (the warm compiled inference network) alone and while wholeBody_ct trains on the same GPU.
-# Results: $OUT/train_<bundle>.json. Arguments: bundles (default both).
+# Results: $OUT/train_<bundle>.json. Arguments: bundles (default both). The carry, made here once:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux2014_x86_64 -d .whl-engine monai==1.6.1 nibabel pytorch-ignite==0.5.5
 set -euo pipefail
 EPOCHS=${EPOCHS:-3}
 PHANTOMS=${PHANTOMS:-6}
