@@ -87,4 +87,7 @@ def test_models_lists_checkpoints_and_rolls_back(tmp_path, capsys):
     assert "has no checkpoint '7'; kept: shipped, 1, 2, 3" in capsys.readouterr().err
     assert main(["models", "list", "no_such_bundle", *model_dir]) == 2
     assert "no bundle 'no_such_bundle'" in capsys.readouterr().err
-    assert main(["models", "rollback", *model_dir]) == 2
+    with pytest.raises(SystemExit) as exited:  # argparse: BUNDLE and ID are required
+        main(["models", "rollback", *model_dir])
+    assert exited.value.code == 2
+    assert main(["models", "list", *model_dir, "spleen_deepedit_annotation"]) == 0  # options before or after

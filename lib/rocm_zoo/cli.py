@@ -168,10 +168,6 @@ def _models(args: argparse.Namespace) -> int:
         for store in stores.values():
             print(_checkpoint_table(store))
         return 0
-    if not args.bundle or not args.checkpoint:
-        print("rocm-zoo models rollback needs a BUNDLE and a checkpoint ID (see `rocm-zoo models list BUNDLE`)",
-              file=sys.stderr)
-        return 2
     store = stores[args.bundle]
     try:
         entry = store.rollback(args.checkpoint)
@@ -447,12 +443,17 @@ def parser() -> argparse.ArgumentParser:
                        "weights file again (atomically) and records the rollback. A running server picks the "
                        "weights up at its next request for that model (it reloads a network whose weights file "
                        "changed).")
-    s.add_argument("action", choices=["list", "rollback"])
-    s.add_argument("bundle", nargs="?", metavar="BUNDLE", help="bundle folder name, e.g. spleen_deepedit_annotation "
-                   "(list: default every bundle in the model folder)")
-    s.add_argument("checkpoint", nargs="?", metavar="ID", help="rollback: the checkpoint to serve (an id from list)")
-    s.add_argument("--model-dir", help="the bundles' folder (default apps/rocm_zoo/model)")
-    s.set_defaults(func=_models)
+    # One parser per action, so options may come before or after the positionals (`list --model-dir DIR BUNDLE`).
+    actions = s.add_subparsers(dest="action", required=True)
+    a = actions.add_parser("list", help="the checkpoints of BUNDLE (default: every bundle in the model folder)")
+    a.add_argument("bundle", nargs="?", metavar="BUNDLE", help="bundle folder name, e.g. spleen_deepedit_annotation")
+    a.set_defaults(checkpoint=None)
+    a = actions.add_parser("rollback", help="serve checkpoint ID of BUNDLE again")
+    a.add_argument("bundle", metavar="BUNDLE", help="bundle folder name, e.g. spleen_deepedit_annotation")
+    a.add_argument("checkpoint", metavar="ID", help="the checkpoint to serve (an id from `models list`)")
+    for a in actions.choices.values():
+        a.add_argument("--model-dir", help="the bundles' folder (default apps/rocm_zoo/model)")
+        a.set_defaults(func=_models)
 
     s = sub.add_parser("env", help="print the detected backend and the environment it wants")
     s.add_argument("--device", default="auto")
