@@ -1,8 +1,8 @@
 """Files that are either old or new, never torn: written to a temporary file beside the destination, flushed and
 fsynced, renamed over it, and the folder fsynced so the rename itself survives a power cut.
 
-The same writer as the server's datastore (`rocm_zoo.server.datastore`), at the engine's level so that weights and
-checkpoints (the training package) can use it without importing the server.
+The one writer for the server's datastore (images, labels, its index), the PACS store's pending labels, and weights and
+checkpoints (the training package); at the engine's level so that none of them needs the server.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import IO, Callable
 
 import torch
 
-PARTIAL = ".partial"  # in the name of a temporary file: a crash may leave one behind, never a torn destination
+PARTIAL = ".partial-"  # temporary files are .<name>.partial-XXXX beside their destination: a crash may leave one
 
 
 def atomic_copy(src: Path, dest: Path) -> None:

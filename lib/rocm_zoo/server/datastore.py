@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict
@@ -26,6 +24,7 @@ from monailabel.config import settings
 from monailabel.datastore.local import DataModel, ImageLabelModel, LocalDatastore
 from monailabel.interfaces.exception import ImageNotFoundException
 
+from rocm_zoo.engine.atomic_files import PARTIAL, atomic_copy, atomic_write_text
 from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.engine.volume_check import check_volume
 from rocm_zoo.server.access import check_name
@@ -33,54 +32,9 @@ from rocm_zoo.server.uploads import check_label
 
 logger = logging.getLogger(__name__)
 
-PARTIAL = ".partial-"  # temporary files are named .<name>.partial-XXXX next to their destination
 # A temporary file older than this process was left by a save that did not finish; a newer one is a save in progress
 # (MONAI Label reconciles the datastore again on every file event, while this process may be writing).
 _STARTED = time.time()
-
-
-def atomic_copy(src: str, dest: str) -> None:
-    """Copies src to dest through a temporary file in dest's folder, fsync, rename: dest is old or new, never torn."""
-    def copy(out) -> None:
-        with open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out, 1 << 20)
-
-    _atomic_write(dest, "wb", copy, make_folder=True)
-
-
-def atomic_write_text(dest: str, text: str) -> None:
-    _atomic_write(dest, "w", lambda out: out.write(text))
-
-
-def _atomic_write(dest: str, mode: str, write, make_folder: bool = False) -> None:
-    """`write(file)` into a temporary file beside dest, flushed and fsynced, then renamed over dest."""
-    folder = os.path.dirname(dest) or "."
-    if make_folder:
-        os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dest)}{PARTIAL}", dir=folder)
-    try:
-        with os.fdopen(fd, mode) as out:
-            write(out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, dest)
-        _fsync_dir(folder)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def _fsync_dir(folder: str) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class AtomicLocalDatastore:
