@@ -111,6 +111,19 @@ def _arch_code(size: str, seed: int) -> dict:
     }
 
 
+def _dints_space(s: DintsSize) -> dict:
+    """The searched space as both upstream configs (inference and train) declare it."""
+    return {
+        "_target_": "monai.networks.nets.TopologyInstance",
+        "channel_mul": s.channel_mul,
+        "num_blocks": s.num_blocks,
+        "num_depths": NUM_DEPTHS,
+        "use_downsample": True,
+        "arch_code": ["$@arch_ckpt['arch_code_a']", "$@arch_ckpt['arch_code_c']"],
+        "device": "$torch.device('cuda')",
+    }
+
+
 def inference_config(size: str) -> dict:
     """The bundle's configs/inference.yaml: the Model Zoo layout, keys and transforms, sized by `size`."""
     s = _size(size)
@@ -135,15 +148,7 @@ def inference_config(size: str) -> dict:
         "datalist": "$monai.data.load_decathlon_datalist(@data_list_file_path, data_list_key='testing', "
                     "base_dir=@dataset_dir)",
         "device": "$torch.device('cuda:0' if torch.cuda.is_available() else 'cpu')",
-        "dints_space": {
-            "_target_": "monai.networks.nets.TopologyInstance",
-            "channel_mul": s.channel_mul,
-            "num_blocks": s.num_blocks,
-            "num_depths": NUM_DEPTHS,
-            "use_downsample": True,
-            "arch_code": ["$@arch_ckpt['arch_code_a']", "$@arch_ckpt['arch_code_c']"],
-            "device": "$torch.device('cuda')",
-        },
+        "dints_space": _dints_space(s),
         "network_def": {
             "_target_": "monai.networks.nets.DiNTS",
             "dints_space": "@dints_space",
@@ -227,15 +232,7 @@ def train_config(size: str) -> dict:
         "val_datalist": "$monai.data.load_decathlon_datalist(@data_list_file_path, data_list_key='validation', "
                         "base_dir=@dataset_dir)",
         "device": "$torch.device('cuda:0' if torch.cuda.is_available() else 'cpu')",
-        "dints_space": {
-            "_target_": "monai.networks.nets.TopologyInstance",
-            "channel_mul": s.channel_mul,
-            "num_blocks": s.num_blocks,
-            "num_depths": NUM_DEPTHS,
-            "use_downsample": True,
-            "arch_code": ["$@arch_ckpt['arch_code_a']", "$@arch_ckpt['arch_code_c']"],
-            "device": "$torch.device('cuda')",
-        },
+        "dints_space": _dints_space(s),
         "network_def": {
             "_target_": "monai.networks.nets.DiNTS",
             "dints_space": "@dints_space",
