@@ -7,14 +7,12 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import nibabel as nib
-import numpy as np
 import pytest
 import torch
 
 from rocm_zoo.engine.overlay import OVERLAYS_DIR
 from rocm_zoo.engine.scheduler import Priority, Work, device_queue
-from rocm_zoo.samples import phantom
+from rocm_zoo.bench.train import write_training_data
 from rocm_zoo.samples.bundles import write_sample_bundle
 from rocm_zoo.training.runner import OVERLAY_FILE, TrainingRun, TrainPlan, train_config_of
 
@@ -24,15 +22,7 @@ BUNDLE = "spleen_deepedit_annotation"
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> tuple[Path, list[dict]]:
     root = tmp_path_factory.mktemp("train")
-    bundle = write_sample_bundle(root / "model", BUNDLE, "tiny")
-    data = []
-    for spec in phantom.training_specs(3):
-        p = phantom.make_phantom(spec)
-        image, label = root / f"{spec.name}.nii.gz", root / f"{spec.name}_label.nii.gz"
-        phantom.write_phantom(p, image, root / f"{spec.name}_truth.nii.gz")
-        nib.save(nib.Nifti1Image((p.truth == phantom.ORGAN_LABELS["spleen"]).astype(np.uint8), p.affine), str(label))
-        data.append({"image": str(image), "label": str(label)})
-    return bundle, data
+    return write_sample_bundle(root / "model", BUNDLE, "tiny"), write_training_data(BUNDLE, root / "data", 3)
 
 
 def plan(bundle: Path, data: list[dict], epochs: int) -> TrainPlan:
