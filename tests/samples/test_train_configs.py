@@ -15,7 +15,8 @@ from monai.handlers import from_engine
 
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, bundle_on_path, load_config
 from rocm_zoo.samples import phantom
-from rocm_zoo.samples.bundles import pancreas_dints, swin_unetr_btcv, vista3d, wholebody_ct, write_sample_bundle
+from rocm_zoo.samples.bundles import pancreas_dints, swin_unetr_btcv, training_labels, vista3d, wholebody_ct
+from rocm_zoo.samples.bundles import write_sample_bundle
 
 # Keys of upstream's train configs (Project-MONAI/model-zoo, models/<bundle>/configs/train.json or train.yaml, read for
 # this sample): the top level, and the entries of `train` and `validate`. None of them has `finalize` (only their
@@ -50,22 +51,6 @@ UPSTREAM_KEYS = {
 BUNDLES = list(UPSTREAM_KEYS)
 TRAIN_CONFIG = {module: getattr(module, "TRAIN_CONFIG_FILE", "configs/train.json") for module in BUNDLES}
 
-# Phantom organs -> the bundle's label names (the rest of the phantom is background: 0).
-ORGANS = {
-    wholebody_ct: {"spleen": "spleen", "right_kidney": "kidney_right", "left_kidney": "kidney_left", "liver": "liver",
-                   "aorta": "aorta", "pancreas": "pancreas"},
-    swin_unetr_btcv: {"spleen": "spleen", "right_kidney": "Right Kidney", "left_kidney": "Left Kideny",
-                      "liver": "Liver", "aorta": "Aorta", "pancreas": "Pancreas"},
-    pancreas_dints: {"pancreas": "pancreas"},
-    # upstream's train.json fine-tunes on MSD Task09 (spleen 1, the rest 0) with output_classes 2 and label_set null
-    vista3d: {"spleen": "spleen"},
-}
-LABEL_INDEX = {
-    wholebody_ct: {name: i for i, name in enumerate(wholebody_ct.LABELS)},
-    swin_unetr_btcv: {name: i for i, name in enumerate(swin_unetr_btcv.LABELS)},
-    pancreas_dints: {"pancreas": 1, "cancer": 2},
-    vista3d: {"spleen": 1},
-}
 # Phantoms of 4 mm voxels, which the tiny configs' resampling leaves as they are, small enough for one tiny window (the
 # validation of the 105-class SegResNet costs ~4 s a 48^3 window on two cores) or one crop: SwinUNETR crops 64^3 with
 # no padding, so its phantoms are 64^3. VISTA3D resamples to 1.5 mm at both sizes: its phantoms are a 96 x 96 x 64 mm
@@ -96,7 +81,7 @@ def _around(p: phantom.Phantom, label: int, box: tuple[int, int, int]) -> phanto
 
 def _studies(module, folder: Path, count: int = 3) -> list[dict[str, str]]:
     """`count` phantoms with training seeds, their truth mapped to the bundle's labels: {"image", "label"} paths."""
-    index = {phantom.ORGAN_LABELS[organ]: LABEL_INDEX[module][name] for organ, name in ORGANS[module].items()}
+    index = training_labels(module.NAME)
     studies = []
     base, box = PHANTOMS[module]
     for seeded in phantom.training_specs(count):

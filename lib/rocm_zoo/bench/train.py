@@ -31,20 +31,12 @@ from rocm_zoo.engine.pool import NetworkPool, NetworkSpec
 from rocm_zoo.engine.scheduler import Priority, Work, working_as
 from rocm_zoo.registry import BUNDLES
 from rocm_zoo.samples import phantom
+from rocm_zoo.samples.bundles import training_labels
 from rocm_zoo.training.runner import OVERLAY_FILE, TrainingRun, TrainPlan, train_config_of
 
 logger = logging.getLogger(__name__)
 
 DEEPEDIT = "spleen_deepedit_annotation"
-# Phantom organ -> the bundle's label number (phantom.ORGAN_LABELS); organs a bundle does not have stay background.
-LABEL_MAPS = {
-    DEEPEDIT: {"spleen": 1},
-    "wholeBody_ct_segmentation": {"spleen": 1, "right_kidney": 2, "left_kidney": 3, "liver": 5, "aorta": 7,
-                                  "pancreas": 10},
-    "swin_unetr_btcv_segmentation": {"spleen": 1, "right_kidney": 2, "left_kidney": 3, "liver": 6, "aorta": 8,
-                                     "pancreas": 11},
-    "pancreas_ct_dints_segmentation": {"pancreas": 1},
-}
 FP32_EAGER = (("train#trainer#amp", False), ("validate#evaluator#amp", False))
 # The GPU machine has no ITK (FACTS/DEVICE.md); the phantoms are NIfTI, which nibabel reads to the same arrays.
 ITK_READERS = ("ITKReader", "monai.data.ITKReader")
@@ -54,15 +46,15 @@ CLICK_EVERY_S = 0.3
 def write_training_data(bundle: str, folder: Path, count: int) -> list[dict[str, str]]:
     """`count` phantoms and their labels in the bundle's numbering, as final labels would be."""
     folder.mkdir(parents=True, exist_ok=True)
-    mapping = LABEL_MAPS[bundle]
+    numbers = training_labels(bundle)
     data = []
     for spec in phantom.training_specs(count):
         p = phantom.make_phantom(spec)
         image, label = folder / f"{spec.name}.nii.gz", folder / f"{spec.name}_label.nii.gz"
         phantom.write_phantom(p, image, folder / f"{spec.name}_truth.nii.gz")
         ours = np.zeros(p.truth.shape, np.uint8)
-        for organ, number in mapping.items():
-            ours[p.truth == phantom.ORGAN_LABELS[organ]] = number
+        for value, number in numbers.items():
+            ours[p.truth == value] = number
         nib.save(nib.Nifti1Image(ours, p.affine), str(label))
         data.append({"image": str(image), "label": str(label)})
     return data

@@ -18,6 +18,7 @@ from types import ModuleType
 
 from rocm_zoo.errors import ConfigError
 from rocm_zoo.registry import BUNDLES
+from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles.common import SIZES, is_sample, write_torch
 
 logger = logging.getLogger(__name__)
@@ -38,7 +39,28 @@ def _sample_modules() -> dict[str, ModuleType]:
 
 SAMPLE_BUNDLES: dict[str, ModuleType] = _sample_modules()
 
-__all__ = ["SAMPLE_BUNDLES", "SIZES", "write_sample_bundle"]
+__all__ = ["SAMPLE_BUNDLES", "SIZES", "training_labels", "write_sample_bundle"]
+
+# The phantom's organs by each bundle's label names, for the labels its train config learns from (the rest of the
+# phantom is background). VISTA3D's upstream train.json fine-tunes on MSD Task09 (spleen 1, the rest 0).
+_TRAIN_ORGANS = {
+    "spleen_deepedit_annotation": {"spleen": "spleen"},
+    "wholeBody_ct_segmentation": {"spleen": "spleen", "right_kidney": "kidney_right", "left_kidney": "kidney_left",
+                                  "liver": "liver", "aorta": "aorta", "pancreas": "pancreas"},
+    "swin_unetr_btcv_segmentation": {"spleen": "spleen", "right_kidney": "Right Kidney", "left_kidney": "Left Kideny",
+                                     "liver": "Liver", "aorta": "Aorta", "pancreas": "Pancreas"},
+    "pancreas_ct_dints_segmentation": {"pancreas": "pancreas"},
+    "vista3d": {"spleen": "spleen"},
+}
+_TRAIN_NUMBERS = {"spleen_deepedit_annotation": {"spleen": 1}, "pancreas_ct_dints_segmentation": {"pancreas": 1},
+                  "vista3d": {"spleen": 1}}
+
+
+def training_labels(bundle: str) -> dict[int, int]:
+    """Phantom label value (phantom.ORGAN_LABELS) -> the number the bundle's train config uses for that organ."""
+    names = getattr(SAMPLE_BUNDLES[bundle], "LABELS", None)
+    numbers = _TRAIN_NUMBERS.get(bundle) or {name: i for i, name in enumerate(names)}
+    return {phantom.ORGAN_LABELS[organ]: numbers[name] for organ, name in _TRAIN_ORGANS[bundle].items()}
 
 
 def write_sample_bundle(model_dir: Path, bundle: str | ModuleType, size: str, weights: dict[str, dict] | None = None,
