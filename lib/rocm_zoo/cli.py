@@ -33,6 +33,29 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_sample(args: argparse.Namespace) -> int:
+    from rocm_zoo.engine.backend import normalise_device
+    from rocm_zoo.samples.train_bundle import save_trained_weights, train_sample, trained_weights_file
+    from rocm_zoo.samples.write import installed
+
+    out = Path(args.out)
+    weights, record = train_sample(args.bundle, out / "work", args.phantoms, args.epochs, normalise_device(args.device),
+                                   args.minutes, args.val_interval, args.workers, args.seed)
+    record["command"] = " ".join(["rocm-zoo", *sys.argv[1:]])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"train_sample_{args.bundle}.json").write_text(json.dumps(record, indent=2))
+    print(json.dumps({k: record[k] for k in ("bundle", "state", "reason", "epochs_run", "seconds")}, indent=2))
+    if weights is None:
+        print("no weights kept: the training did not validate better than its random start", file=sys.stderr)
+        return 1
+    if not installed(trained_weights_file(args.bundle)):  # an installed package is not edited
+        print(f"weights: {save_trained_weights(args.bundle, weights, record)}")
+    import torch
+
+    torch.save(weights, out / f"{args.bundle}-tiny-weights.pt")
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     from rocm_zoo.samples.write import APP_DIR, default_paths
     from rocm_zoo.server.app_folder import make_app_folder
@@ -388,6 +411,21 @@ def parser() -> argparse.ArgumentParser:
                    "weights; full: use a GPU)")
     s.add_argument("--train-steps", type=int, default=1000, help="training steps with --train (default 1000)")
     s.set_defaults(func=_sample)
+
+    s = sub.add_parser("train-sample", help="train a tiny sample bundle on phantoms with its own train config (the "
+                       "server's training code); its best weights become the sample's committed ones")
+    s.add_argument("--bundle", required=True, choices=[n for n, b in registry.BUNDLES.items() if b.sample])
+    s.add_argument("--phantoms", type=int, default=16, help="training phantoms; the last two validate (default 16)")
+    s.add_argument("--epochs", type=int, default=200, help="at most this many epochs (default 200)")
+    s.add_argument("--minutes", type=float, default=8.0, help="or this long, ending with a validated epoch "
+                   "(default 8)")
+    s.add_argument("--val-interval", type=int, default=10, help="validate every this many epochs (default 10)")
+    s.add_argument("--workers", type=int, default=4, help="data loader worker processes (default 4)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--device", default="auto")
+    s.add_argument("--out", default="train-sample-out", help="folder for the record, the phantoms and a copy of the "
+                   "weights")
+    s.set_defaults(func=_train_sample)
 
     s = sub.add_parser("serve", help="start the MONAI Label server with the rocm_zoo app")
     s.add_argument("--studies", help="datastore folder (default sample-data/studies)")

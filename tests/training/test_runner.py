@@ -12,8 +12,9 @@ import torch
 
 from rocm_zoo.engine.overlay import OVERLAYS_DIR
 from rocm_zoo.engine.scheduler import Priority, Work, device_queue
-from rocm_zoo.bench.train import write_training_data
-from rocm_zoo.samples.bundles import write_sample_bundle
+from rocm_zoo.samples import phantom
+from rocm_zoo.samples.bundles import training_labels, write_sample_bundle
+from rocm_zoo.samples.train_bundle import write_training_data
 from rocm_zoo.training.runner import OVERLAY_FILE, TrainingRun, TrainPlan, train_config_of
 
 BUNDLE = "spleen_deepedit_annotation"
@@ -22,7 +23,8 @@ BUNDLE = "spleen_deepedit_annotation"
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> tuple[Path, list[dict]]:
     root = tmp_path_factory.mktemp("train")
-    return write_sample_bundle(root / "model", BUNDLE, "tiny"), write_training_data(BUNDLE, root / "data", 3)
+    data = write_training_data(training_labels(BUNDLE), root / "data", phantom.training_specs(3))
+    return write_sample_bundle(root / "model", BUNDLE, "tiny"), data
 
 
 def plan(bundle: Path, data: list[dict], epochs: int) -> TrainPlan:

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nibabel as nib
 import numpy as np
 import torch
 
@@ -32,32 +31,14 @@ from rocm_zoo.engine.scheduler import Priority, Work, working_as
 from rocm_zoo.registry import BUNDLES
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import training_labels
+from rocm_zoo.samples.train_bundle import readers_without_itk, write_training_data
 from rocm_zoo.training.runner import OVERLAY_FILE, TrainingRun, TrainPlan, train_config_of
 
 logger = logging.getLogger(__name__)
 
 DEEPEDIT = "spleen_deepedit_annotation"
 FP32_EAGER = (("train#trainer#amp", False), ("validate#evaluator#amp", False))
-# The GPU machine has no ITK (FACTS/DEVICE.md); the phantoms are NIfTI, which nibabel reads to the same arrays.
-ITK_READERS = ("ITKReader", "monai.data.ITKReader")
 CLICK_EVERY_S = 0.3
-
-
-def write_training_data(bundle: str, folder: Path, count: int) -> list[dict[str, str]]:
-    """`count` phantoms and their labels in the bundle's numbering, as final labels would be."""
-    folder.mkdir(parents=True, exist_ok=True)
-    numbers = training_labels(bundle)
-    data = []
-    for spec in phantom.training_specs(count):
-        p = phantom.make_phantom(spec)
-        image, label = folder / f"{spec.name}.nii.gz", folder / f"{spec.name}_label.nii.gz"
-        phantom.write_phantom(p, image, folder / f"{spec.name}_truth.nii.gz")
-        ours = np.zeros(p.truth.shape, np.uint8)
-        for value, number in numbers.items():
-            ours[p.truth == value] = number
-        nib.save(nib.Nifti1Image(ours, p.affine), str(label))
-        data.append({"image": str(image), "label": str(label)})
-    return data
 
 
 def _seed(seed: int) -> None:
@@ -95,32 +76,6 @@ def train_once(bundle_dir: Path, data: list[dict], mode: str, epochs: int, devic
         "seconds": round(time.perf_counter() - start, 1),
         "peak_gpu_mb": round(torch.cuda.max_memory_allocated(device) / 2**20) if device.startswith("cuda") else None,
     }
-
-
-def readers_without_itk(config_file: Path) -> tuple[tuple[str, str], ...]:
-    """Where ITK is not installed: the config keys that name ITKReader, set to NibabelReader."""
-    try:
-        import itk  # noqa: F401
-
-        return ()
-    except ImportError:
-        pass
-    from monai.bundle import ConfigParser
-
-    found = []
-
-    def walk(node, path: str) -> None:
-        if isinstance(node, dict):
-            if node.get("reader") in ITK_READERS:
-                found.append((f"{path}#reader".lstrip("#"), "NibabelReader"))
-            for k, v in node.items():
-                walk(v, f"{path}#{k}")
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                walk(v, f"{path}#{i}")
-
-    walk(ConfigParser.load_config_file(str(config_file)), "")
-    return tuple(found)
 
 
 def _iteration_seconds(ends: list[float], per_epoch: int) -> list[float]:
@@ -191,7 +146,8 @@ def _percentiles(ms: list[float]) -> dict[str, Any]:
 def run(model_dir: Path, bundle: str, phantoms: int, epochs: int, device: str, out: Path,
         click_seconds: float = 0.0) -> dict[str, Any]:
     bundle_dir = Path(model_dir) / bundle
-    data = write_training_data(bundle, Path(out) / "train_data" / bundle, phantoms)
+    data = write_training_data(training_labels(bundle), Path(out) / "train_data" / bundle,
+                               phantom.training_specs(phantoms))
     record: dict[str, Any] = {"bundle": bundle, "phantoms": phantoms, "epochs": epochs, "device": device,
                               "versions": _versions(device), "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                                     time.gmtime())}

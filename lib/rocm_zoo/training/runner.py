@@ -13,6 +13,7 @@ publishing is the caller's decision.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,7 @@ class Progress:
     iteration_ends: list[float] = field(default_factory=list)  # perf_counter() at the end of each iteration
     samples_per_iteration: int = 0
     losses: list[float] = field(default_factory=list)
+    validations: list[tuple[int, float]] = field(default_factory=list)  # (epoch, validation Dice)
     train_samples: int = 0
     val_samples: int = 0
 
@@ -120,9 +122,15 @@ class TrainingRun:
         self.progress = Progress(total_epochs=plan.max_epochs, train_samples=len(plan.train_data),
                                  val_samples=len(plan.val_data))
         self._best_state: dict[str, torch.Tensor] | None = None
+        self._finish_early = threading.Event()
 
     def stop(self) -> None:
         self.work.cancelled.set()
+
+    def finish_early(self) -> None:
+        """End after the current epoch, validated, as if no more epochs had been asked for: judged as a finished run
+        (`stop` is the one that discards)."""
+        self._finish_early.set()
 
     def run(self) -> Outcome:
         with working_as(self.work):
@@ -175,6 +183,7 @@ class TrainingRun:
         plan = self.plan
         parser = load_config(plan.bundle_dir, plan.config, plan.overlays)
         backend = detect_backend(plan.device)
+        epochs_keys = _referenced(parser, "train#trainer#max_epochs")
         overrides: dict[str, Any] = {
             "device": f"$torch.device('{backend.device}')",
             "train#trainer#max_epochs": plan.max_epochs,
@@ -186,6 +195,8 @@ class TrainingRun:
             logger.info("training on %s without bf16 autocast (not supported natively here)", backend.device)
         for key, value in [*overrides.items(), *plan.overrides]:
             parser[key] = value
+        for key in epochs_keys:  # e.g. VISTA3D's `max_epochs: @epochs`, which its learning-rate schedule reads too
+            parser[key] = plan.max_epochs
         for key in ("train#handlers", "validate#handlers"):
             handlers = parser.get(key) or []
             parser[key] = [h for h in handlers if not _is_dropped(h)]
@@ -249,14 +260,19 @@ class TrainingRun:
             if p.loss is not None:
                 p.losses.append(p.loss)
 
-        @trainer.on(Events.EPOCH_COMPLETED)
+        @trainer.on(Events.EPOCH_COMPLETED)  # after the config's ValidationHandler, attached when it was built
         def _epoch(engine):
             p.epoch = engine.state.epoch
             p.epoch_seconds.append(time.perf_counter() - engine.state.rocm_zoo_epoch_start)
+            if self._finish_early.is_set():
+                if not p.validations or p.validations[-1][0] != engine.state.epoch:
+                    evaluator.run()
+                engine.terminate()
 
         @evaluator.on(Events.EPOCH_COMPLETED)
         def _validated(engine):
             dice = _metric(engine)
+            p.validations.append((trainer.state.epoch, dice))
             if p.best_dice is None or dice > p.best_dice:
                 p.best_dice, p.best_epoch = dice, trainer.state.epoch
                 self._best_state = _host_copy(network)
@@ -269,6 +285,12 @@ def _parsed(parser: ConfigParser, key: str):
         return parser.get_parsed_content(key, instantiate=True)
     except KeyError as e:
         raise ConfigError(f"the bundle's train config has no '{key}' ({e})") from e
+
+
+def _referenced(parser: ConfigParser, key: str) -> list[str]:
+    """The key `key` refers to where its value is a plain reference ("@epochs"), else none."""
+    raw = parser.get(key)
+    return [raw[1:]] if isinstance(raw, str) and raw.startswith("@") and raw[1:] in parser else []
 
 
 def _is_dropped(handler: Any) -> bool:
