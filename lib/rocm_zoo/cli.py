@@ -39,8 +39,9 @@ def _train_sample(args: argparse.Namespace) -> int:
     from rocm_zoo.samples.write import installed
 
     out = Path(args.out)
-    weights, record = train_sample(args.bundle, out / "work", args.phantoms, args.epochs, normalise_device(args.device),
-                                   args.minutes, args.val_interval, args.workers, args.seed)
+    weights, record = train_sample(args.bundle, Path(args.work) if args.work else out / "work", args.phantoms,
+                                   args.epochs, normalise_device(args.device), args.minutes, args.val_interval,
+                                   args.workers, args.seed)
     record["command"] = " ".join(["rocm-zoo", *sys.argv[1:]])
     out.mkdir(parents=True, exist_ok=True)
     (out / f"train_sample_{args.bundle}.json").write_text(json.dumps(record, indent=2))
@@ -48,11 +49,9 @@ def _train_sample(args: argparse.Namespace) -> int:
     if weights is None:
         print("no weights kept: the training did not validate better than its random start", file=sys.stderr)
         return 1
+    print(f"weights: {save_trained_weights(args.bundle, weights, record, out)}")
     if not installed(trained_weights_file(args.bundle)):  # an installed package is not edited
         print(f"weights: {save_trained_weights(args.bundle, weights, record)}")
-    import torch
-
-    torch.save(weights, out / f"{args.bundle}-tiny-weights.pt")
     return 0
 
 
@@ -423,8 +422,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=4, help="data loader worker processes (default 4)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--device", default="auto")
-    s.add_argument("--out", default="train-sample-out", help="folder for the record, the phantoms and a copy of the "
-                   "weights")
+    s.add_argument("--out", default="train-sample-out", help="folder for the record and a copy of the weights")
+    s.add_argument("--work", help="folder for the sample bundle and the phantoms (default OUT/work)")
     s.set_defaults(func=_train_sample)
 
     s = sub.add_parser("serve", help="start the MONAI Label server with the rocm_zoo app")

@@ -65,8 +65,10 @@ def load_trained_weights(bundle: str) -> dict[str, dict[str, torch.Tensor]] | No
             for rel, state in stored["weights"].items()}
 
 
-def save_trained_weights(bundle: str, weights: dict[str, dict[str, torch.Tensor]], record: dict) -> Path:
-    path = trained_weights_file(bundle)
+def save_trained_weights(bundle: str, weights: dict[str, dict[str, torch.Tensor]], record: dict,
+                         folder: Path | None = None) -> Path:
+    """Into the package's weights (or `folder`), with the training's record."""
+    path = trained_weights_file(bundle) if folder is None else Path(folder) / trained_weights_file(bundle).name
     path.parent.mkdir(parents=True, exist_ok=True)
     half = {rel: {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
             for rel, state in weights.items()}
@@ -86,6 +88,10 @@ class SampleTraining:
     # SwinUNETR's config crops its ROI without padding (upstream's BTCV volumes are all larger): phantoms at least
     # this long in z.
     min_z_mm: float = 0.0
+    # VISTA3D resamples to 1.5 mm: a whole phantom is ~10 M voxels, whose per-class crop sampling bound the run on the
+    # data loader. Its studies are cut to the labelled organs and this margin around them (the 64^3 patches, 96 mm,
+    # see the body around them still).
+    organ_margin_mm: float | None = None
 
     def specs(self, count: int) -> list[phantom.PhantomSpec]:
         return [dataclasses.replace(s, shape=(*s.shape[:2], max(s.shape[2], math.ceil(self.min_z_mm / s.spacing[2]))))
@@ -102,15 +108,19 @@ def sample_training(bundle: str) -> SampleTraining:
     organs = sorted(_VISTA3D_ORGANS, key=lambda o: ids[_VISTA3D_ORGANS[o]])
     label_set = [0] + [ids[_VISTA3D_ORGANS[o]] for o in organs]
     labels = {phantom.ORGAN_LABELS[o]: i + 1 for i, o in enumerate(organs)}
-    return SampleTraining(labels, (("label_set", label_set), ("output_classes", len(label_set))))
+    return SampleTraining(labels, (("label_set", label_set), ("output_classes", len(label_set))), organ_margin_mm=30.0)
 
 
-def write_training_data(labels: dict[int, int], folder: Path, specs: list[phantom.PhantomSpec]) -> list[dict]:
-    """The phantoms and their labels (phantom label -> `labels` number, the rest 0), as final labels would be."""
+def write_training_data(labels: dict[int, int], folder: Path, specs: list[phantom.PhantomSpec],
+                        organ_margin_mm: float | None = None) -> list[dict]:
+    """The phantoms and their labels (phantom label -> `labels` number, the rest 0), as final labels would be; cut to
+    the labelled organs and `organ_margin_mm` around them where given."""
     folder.mkdir(parents=True, exist_ok=True)
     data = []
     for spec in specs:
         p = phantom.make_phantom(spec)
+        if organ_margin_mm is not None:
+            p = _around_organs(p, list(labels), organ_margin_mm)
         image, label = folder / f"{spec.name}.nii.gz", folder / f"{spec.name}_label.nii.gz"
         if not (image.exists() and label.exists()):
             phantom.write_phantom(p, image, folder / f"{spec.name}_truth.nii.gz")
@@ -120,6 +130,18 @@ def write_training_data(labels: dict[int, int], folder: Path, specs: list[phanto
             nib.save(nib.Nifti1Image(ours, p.affine), str(label))
         data.append({"image": str(image), "label": str(label)})
     return data
+
+
+def _around_organs(p: phantom.Phantom, organs: list[int], margin_mm: float) -> phantom.Phantom:
+    """The box holding `organs` and `margin_mm` around them, its affine moved to match."""
+    where = np.argwhere(np.isin(p.truth, organs))
+    margin = np.ceil(margin_mm / np.asarray(p.spec.spacing)).astype(int)
+    start = np.maximum(where.min(axis=0) - margin, 0)
+    stop = np.minimum(where.max(axis=0) + margin + 1, p.truth.shape)
+    box = tuple(slice(a, b) for a, b in zip(start, stop))
+    affine = p.affine.copy()
+    affine[:3, 3] += affine[:3, :3] @ start.astype(np.float64)
+    return phantom.Phantom(p.spec, np.ascontiguousarray(p.image[box]), np.ascontiguousarray(p.truth[box]), affine)
 
 
 def readers_without_itk(config_file: Path) -> tuple[tuple[str, str], ...]:
@@ -169,7 +191,8 @@ def train_sample(bundle: str, work_dir: Path, phantoms: int, epochs: int, device
         raise ValueError(f"No sample bundle '{bundle}'; there are: {', '.join(SAMPLE_BUNDLES)}")
     bundle_dir = write_sample_bundle(Path(work_dir) / "model", bundle, "tiny", seed=seed)
     what = sample_training(bundle)
-    data = write_training_data(what.labels, Path(work_dir) / "data" / bundle, what.specs(phantoms))
+    data = write_training_data(what.labels, Path(work_dir) / "data" / bundle, what.specs(phantoms),
+                               what.organ_margin_mm)
     config = train_config_of(bundle_dir)
     overrides = (*what.meaning, *FROM_SCRATCH.get(bundle, ()), ("val_interval", val_interval), *_loading(workers),
                  *readers_without_itk(bundle_dir / config))
@@ -197,7 +220,7 @@ def train_sample(bundle: str, work_dir: Path, phantoms: int, epochs: int, device
         "seconds": round(time.perf_counter() - start, 1), "device": device, "state": outcome.state,
         "reason": outcome.reason, "start_dice": p.baseline_dice, "best_dice": p.best_dice, "best_epoch": p.best_epoch,
         "validations": p.validations, "loss_first_last": [p.losses[0], p.losses[-1]] if p.losses else None,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": str(torch.__version__),
     }
     logger.info("%s: %s", bundle, json.dumps({k: record[k] for k in ("state", "reason", "epochs_run", "seconds")}))
     if not outcome.better or outcome.best_state is None:

@@ -2,8 +2,8 @@
 
 Studies go to the datastore folder; their truth masks go to a separate folder, so MONAI Label never mistakes them
 for annotations. Paths come from the caller; the defaults are relative to the current folder, laid out as a checkout
-is (sample-data/, apps/rocm_zoo/model). The tiny DeepEdit weights are the committed, phantom-trained ones, shipped as
-package data (rocm_zoo/samples/weights); `--train` makes them again.
+is (sample-data/, apps/rocm_zoo/model). The tiny bundles' weights are the committed, phantom-trained ones, shipped
+as package data (rocm_zoo/samples/weights): DeepEdit's made by `--train`, the others' by `rocm-zoo train-sample`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import SAMPLE_BUNDLES, deepedit, write_sample_bundle
 from rocm_zoo.samples.bundles.common import is_sample
+from rocm_zoo.samples.train_bundle import load_trained_weights
 
 logger = logging.getLogger(__name__)
 
@@ -103,10 +104,22 @@ def write_deepedit_bundle(model_dir: Path, size: str, train: bool = False, train
     return write_sample_bundle(model_dir, deepedit.NAME, size, {"models/model.pt": state})
 
 
+def tiny_weights(name: str) -> dict[str, dict] | None:
+    """The committed phantom-trained tiny weights (`rocm-zoo train-sample`), by file inside the bundle; a weights file
+    they do not cover (wholeBody_ct's lowres model) stays seeded random. None where none are committed."""
+    trained = load_trained_weights(name)
+    if trained is None:
+        return None
+    module = SAMPLE_BUNDLES[name]
+    if set(getattr(module, "WEIGHT_FILES", trained)) - set(trained):
+        return {**module.random_weights("tiny"), **trained}
+    return trained
+
+
 def write_bundles(model_dir: Path, size: str, names: tuple[str, ...] | None = None, train: bool = False,
                   train_steps: int = 1000) -> list[Path]:
-    """The sample bundles named (default: all). DeepEdit's tiny weights are the committed phantom-trained ones; the
-    others are seeded random (untrained)."""
+    """The sample bundles named (default: all). Tiny ones get the committed phantom-trained weights; full ones seeded
+    random (untrained) weights."""
     written = []
     for name in names or tuple(SAMPLE_BUNDLES):
         if name not in SAMPLE_BUNDLES:
@@ -114,7 +127,7 @@ def write_bundles(model_dir: Path, size: str, names: tuple[str, ...] | None = No
         if name == deepedit.NAME:
             written.append(write_deepedit_bundle(model_dir, size, train, train_steps))
         else:
-            written.append(write_sample_bundle(model_dir, name, size))
+            written.append(write_sample_bundle(model_dir, name, size, tiny_weights(name) if size == "tiny" else None))
     return written
 
 

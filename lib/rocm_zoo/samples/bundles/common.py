@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 
 SIZES = ("tiny", "full")
+# How metadata describes the committed tiny weights (rocm_zoo/samples/weights).
+TRAINED = "trained on rocm_zoo's synthetic phantoms (rocm-zoo train-sample)"
 SAMPLE_MARK = "rocm_zoo.sample"  # in metadata.json "version" of every sample bundle; real bundles never carry it
 # Data loading of the tiny training configs (full keeps upstream's): a CPU test trains on a few small phantoms for an
 # epoch, where worker processes and a cache of the deterministic transforms would only add start-up time.

@@ -33,7 +33,7 @@ import torch
 import yaml
 
 from rocm_zoo.samples import phantom
-from rocm_zoo.samples.bundles.common import (TINY_CACHE_RATE, TINY_NUM_WORKERS, check_size, sample_version,
+from rocm_zoo.samples.bundles.common import (TRAINED, TINY_CACHE_RATE, TINY_NUM_WORKERS, check_size, sample_version,
                                              write_json, write_text, write_torch)
 
 NAME = "pancreas_ct_dints_segmentation"
@@ -375,7 +375,8 @@ def metadata(size: str) -> dict:
         "name": "Pancreas CT DiNTS segmentation (rocm_zoo sample)",
         "task": "Neural architecture search on pancreas CT segmentation",
         "description": f"rocm_zoo SAMPLE of the Model Zoo pancreas DiNTS bundle, {size} size: a seeded random "
-        "architecture code (no search was run) and untrained (seeded random) weights. Not a clinical model.",
+        "architecture code (no search was run) and "
+        + (f"weights {TRAINED}" if size == "tiny" else "untrained (seeded random) weights") + ". Not a clinical model.",
         "intended_use": "Software testing and benchmarking only. Not for diagnostic use.",
         "label_classes": "single channel data, 1 is pancreas, 2 is pancreatic tumor, 0 is everything else",
         "pred_classes": "3 channels OneHot data, channel 1 is pancreas, channel 2 is pancreatic tumor, "

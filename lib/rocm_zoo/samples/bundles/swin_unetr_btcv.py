@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from rocm_zoo.samples.bundles.common import (TINY_CACHE_RATE, TINY_NUM_WORKERS, check_size, sample_version,
+from rocm_zoo.samples.bundles.common import (TRAINED, TINY_CACHE_RATE, TINY_NUM_WORKERS, check_size, sample_version,
                                              write_json)
 
 NAME = "swin_unetr_btcv_segmentation"
@@ -234,7 +234,7 @@ def metadata(size: str) -> dict:
         "name": "Swin UNETR BTCV segmentation (rocm_zoo sample)",
         "task": "BTCV multi-organ segmentation",
         "description": f"rocm_zoo SAMPLE of the Model Zoo swin_unetr_btcv_segmentation bundle, {size} size, "
-        "untrained seeded random weights. Not a clinical model.",
+        + (f"weights {TRAINED}" if size == "tiny" else "untrained seeded random weights") + ". Not a clinical model.",
         "intended_use": "Software testing and benchmarking only. Not for diagnostic use.",
         "network_data_format": {
             "inputs": {"image": {"type": "image", "format": "hounsfield", "modality": "CT", "num_channels": IN_CHANNELS,

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from rocm_zoo.samples.bundles.common import TINY_NUM_WORKERS, check_size, sample_version, write_json, write_text
+from rocm_zoo.samples.bundles.common import TRAINED, TINY_NUM_WORKERS, check_size, sample_version, write_json, write_text
 
 NAME = "vista3d"
 UPSTREAM_VERSION = "0.6.0"
@@ -562,8 +562,8 @@ def metadata(size: str) -> dict:
         "name": "VISTA-3D (rocm_zoo sample)",
         "task": "Multi-organ Segmentation in CT Scans with Zero-shot Learning",
         "description": f"rocm_zoo SAMPLE of the Model Zoo vista3d bundle, {size} size "
-        f"(vista3d132, encoder_embed_dim {EMBED_DIM[size]}, {'x'.join(map(str, patch))} patches), weights untrained "
-        "(seeded random). Not a clinical model.",
+        f"(vista3d132, encoder_embed_dim {EMBED_DIM[size]}, {'x'.join(map(str, patch))} patches), weights "
+        + (TRAINED if size == "tiny" else "untrained (seeded random)") + ". Not a clinical model.",
         "intended_use": "Software testing and benchmarking only. Not for diagnostic use.",
         "data_type": "nibabel",
         "image_classes": "1 channel data, intensity scaled to [0, 1]",

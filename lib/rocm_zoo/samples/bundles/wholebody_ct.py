@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from rocm_zoo.samples.bundles.common import (TINY_CACHE_RATE, TINY_NUM_WORKERS, check_size, sample_version,
+from rocm_zoo.samples.bundles.common import (TRAINED, TINY_CACHE_RATE, TINY_NUM_WORKERS, check_size, sample_version,
                                              write_json)
 
 NAME = "wholeBody_ct_segmentation"
@@ -267,7 +267,8 @@ def metadata(size: str) -> dict:
         "name": "Whole body CT segmentation (rocm_zoo sample)",
         "task": "TotalSegmentator Segmentation",
         "description": f"rocm_zoo SAMPLE of the Model Zoo wholeBody_ct_segmentation bundle, {size} size, "
-        "untrained seeded random weights (model.pt and model_lowres.pt). Not a clinical model.",
+        + (f"model.pt {TRAINED}, model_lowres.pt untrained (seeded random)" if size == "tiny" else
+           "untrained seeded random weights (model.pt and model_lowres.pt)") + ". Not a clinical model.",
         "intended_use": "Software testing and benchmarking only. Not for diagnostic use.",
         "network_data_format": {
             "inputs": {"image": {"type": "image", "format": "hounsfield", "modality": "CT", "num_channels": IN_CHANNELS,
