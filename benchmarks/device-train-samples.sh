@@ -3,7 +3,8 @@
 # samples, at once (one process each; the H200's 16 cores feed their data loaders), from one small carry
 # (.whl-engine: see device-train-bench.sh). Back in $OUT: per bundle <bundle>-tiny.pt (the fp16 weights with the
 # run's record: copy it to lib/rocm_zoo/samples/weights/) and its log. Arguments: bundle:workers pairs (default the
-# four). MINUTES (default 7) bounds each training; VISTA3D_MINUTES (default MINUTES) its own.
+# four). MINUTES (default 7) bounds each training; VISTA3D_MINUTES (default MINUTES) its own; RESUME=1 starts from
+# the committed weights (rocm-zoo train-sample --resume).
 set -euo pipefail
 MINUTES=${MINUTES:-7}
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-engine/*.whl
@@ -16,7 +17,7 @@ for run in $runs; do
   bundle=${run%%:*} workers=${run##*:} minutes=$MINUTES interval=10
   [ "$bundle" = vista3d ] && minutes=${VISTA3D_MINUTES:-$MINUTES} interval=25
   python3 -m rocm_zoo.cli -v train-sample --bundle "$bundle" --device cuda --minutes "$minutes" --epochs 3000 \
-    --phantoms 16 --val-interval "$interval" --workers "$workers" --out "/tmp/train/$bundle" \
+    --phantoms 16 --val-interval "$interval" --workers "$workers" ${RESUME:+--resume} --out "/tmp/train/$bundle" \
     --work "/tmp/train/$bundle/work" > "/tmp/train/$bundle.log" 2>&1 &
 done
 wait || true

@@ -41,13 +41,14 @@ def _train_sample(args: argparse.Namespace) -> int:
     out = Path(args.out)
     weights, record = train_sample(args.bundle, Path(args.work) if args.work else out / "work", args.phantoms,
                                    args.epochs, normalise_device(args.device), args.minutes, args.val_interval,
-                                   args.workers, args.seed)
+                                   args.workers, args.seed, args.resume)
     record["command"] = " ".join(["rocm-zoo", *sys.argv[1:]])
     out.mkdir(parents=True, exist_ok=True)
     (out / f"train_sample_{args.bundle}.json").write_text(json.dumps(record, indent=2))
     print(json.dumps({k: record[k] for k in ("bundle", "state", "reason", "epochs_run", "seconds")}, indent=2))
     if weights is None:
-        print("no weights kept: the training did not validate better than its random start", file=sys.stderr)
+        start = "the committed weights" if args.resume else "its random start"
+        print(f"no weights kept: the training did not validate better than {start}", file=sys.stderr)
         return 1
     print(f"weights: {save_trained_weights(args.bundle, weights, record, out)}")
     if not installed(trained_weights_file(args.bundle)):  # an installed package is not edited
@@ -421,6 +422,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--val-interval", type=int, default=10, help="validate every this many epochs (default 10)")
     s.add_argument("--workers", type=int, default=4, help="data loader worker processes (default 4)")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--resume", action="store_true", help="start from the committed trained weights instead of "
+                   "random ones (kept only if it validates better than they do)")
     s.add_argument("--device", default="auto")
     s.add_argument("--out", default="train-sample-out", help="folder for the record and a copy of the weights")
     s.add_argument("--work", help="folder for the sample bundle and the phantoms (default OUT/work)")

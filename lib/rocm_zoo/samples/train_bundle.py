@@ -182,14 +182,29 @@ def _loading(workers: int) -> tuple[tuple[str, Any], ...]:
     return tuple(keys)
 
 
+def _committed(bundle: str, seed: int) -> tuple[dict[str, dict], dict]:
+    """The committed weights to go on from (seeded random for a file they do not cover), with what their record says
+    of them (earlier resumes included)."""
+    weights = load_trained_weights(bundle)
+    if weights is None:
+        raise ValueError(f"No committed trained weights for {bundle} to resume from ({trained_weights_file(bundle)})")
+    record = torch.load(trained_weights_file(bundle), map_location="cpu", weights_only=True)["record"]
+    return {**SAMPLE_BUNDLES[bundle].random_weights("tiny", seed), **weights}, {k: record.get(k) for k in ("date", "epochs_run", "best_dice", "command", "resumed_from")}
+
+
 def train_sample(bundle: str, work_dir: Path, phantoms: int, epochs: int, device: str, minutes: float,
-                 val_interval: int, workers: int, seed: int = 0) -> tuple[dict[str, dict] | None, dict[str, Any]]:
-    """Writes a seeded-random tiny sample bundle in `work_dir/model`, trains it on `phantoms` phantoms (the last two
-    validate) for `epochs` or `minutes`, whichever ends first; returns its best validated weights (by file inside the
-    bundle; None if none validated better than the random start) and the run's record."""
+                 val_interval: int, workers: int, seed: int = 0,
+                 resume: bool = False) -> tuple[dict[str, dict] | None, dict[str, Any]]:
+    """Writes a tiny sample bundle in `work_dir/model` (seeded random weights, or with `resume` the committed trained
+    ones), trains it on `phantoms` phantoms (the last two validate) for `epochs` or `minutes`, whichever ends first;
+    returns its best validated weights (by file inside the bundle; None if none validated better than the start) and
+    the run's record."""
     if bundle not in SAMPLE_BUNDLES:
         raise ValueError(f"No sample bundle '{bundle}'; there are: {', '.join(SAMPLE_BUNDLES)}")
-    bundle_dir = write_sample_bundle(Path(work_dir) / "model", bundle, "tiny", seed=seed)
+    start_weights, resumed_from = None, None
+    if resume:
+        start_weights, resumed_from = _committed(bundle, seed)
+    bundle_dir = write_sample_bundle(Path(work_dir) / "model", bundle, "tiny", start_weights, seed=seed)
     what = sample_training(bundle)
     data = write_training_data(what.labels, Path(work_dir) / "data" / bundle, what.specs(phantoms),
                                what.organ_margin_mm)
@@ -215,7 +230,7 @@ def train_sample(bundle: str, work_dir: Path, phantoms: int, epochs: int, device
     record = {
         "bundle": bundle, "size": "tiny", "phantoms": phantoms, "validation_phantoms": VALIDATION_PHANTOMS,
         "labels": {str(k): v for k, v in what.labels.items()}, "meaning": dict(what.meaning),
-        "from_scratch": dict(FROM_SCRATCH.get(bundle, ())),
+        "from_scratch": dict(FROM_SCRATCH.get(bundle, ())), "resumed_from": resumed_from,
         "epochs_asked": epochs, "epochs_run": p.epoch, "iterations": len(p.iteration_ends), "minutes_max": minutes,
         "seconds": round(time.perf_counter() - start, 1), "device": device, "state": outcome.state,
         "reason": outcome.reason, "start_dice": p.baseline_dice, "best_dice": p.best_dice, "best_epoch": p.best_epoch,
