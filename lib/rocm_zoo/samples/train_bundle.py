@@ -36,6 +36,7 @@ from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import SAMPLE_BUNDLES, swin_unetr_btcv, training_labels, vista3d
 from rocm_zoo.samples.bundles import write_sample_bundle
 from rocm_zoo.training.runner import OVERLAY_FILE, TrainingRun, TrainPlan, train_config_of
+from rocm_zoo.training.vista3d_classes import class_overrides
 
 logger = logging.getLogger(__name__)
 
@@ -106,9 +107,9 @@ def sample_training(bundle: str) -> SampleTraining:
         return SampleTraining(training_labels(bundle))
     ids = {name: i for i, name in vista3d.LABELS.items()}
     organs = sorted(_VISTA3D_ORGANS, key=lambda o: ids[_VISTA3D_ORGANS[o]])
-    label_set = [0] + [ids[_VISTA3D_ORGANS[o]] for o in organs]
     labels = {phantom.ORGAN_LABELS[o]: i + 1 for i, o in enumerate(organs)}
-    return SampleTraining(labels, (("label_set", label_set), ("output_classes", len(label_set))), organ_margin_mm=30.0)
+    global_ids = {i + 1: ids[_VISTA3D_ORGANS[o]] for i, o in enumerate(organs)}
+    return SampleTraining(labels, class_overrides(global_ids), organ_margin_mm=30.0)
 
 
 def write_training_data(labels: dict[int, int], folder: Path, specs: list[phantom.PhantomSpec],
