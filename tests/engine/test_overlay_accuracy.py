@@ -1,5 +1,6 @@
 """The overlay (bf16 autocast, channels_last_3d, GEMM transpose, torch.compile) against the fp32 eager bundle on the
-same input, through the same pool the server uses: the segmentation may only change by what bf16 rounding explains."""
+same input, through the same pool the server uses, for each of the five sample bundles on its trained tiny weights: the
+segmentation may only change by what bf16 rounding explains."""
 
 from __future__ import annotations
 
@@ -20,26 +21,39 @@ from rocm_zoo.bench.workloads import prepare, workloads_for
 
 pytestmark = pytest.mark.slow
 BUNDLE = "spleen_deepedit_annotation"
+SAMPLED = [name for name, entry in BUNDLES.items() if entry.sample]
+# Per label of either map, overlay vs fp32 eager. A label of a few voxels has a Dice that one flipped voxel moves by
+# tens of percent: below this size it is reported, not held to the bound.
+MIN_LABEL_VOXELS = 200
 
 
-def test_overlay_matches_fp32_eager_on_a_phantom(sample_env):
-    bundle_dir = sample_env.paths.model_dir / BUNDLE
-    entry = BUNDLES[BUNDLE]
-    overlay = overlay_path(OVERLAYS_DIR, BUNDLE)
+@pytest.mark.parametrize("bundle", SAMPLED)
+def test_overlay_matches_fp32_eager_on_a_phantom(sample_env, bundle):
+    """On the tiny samples' phantom-trained weights, every request the benchmark times (a DeepEdit click, a sliding
+    window over the study, VISTA3D's class prompt and "everything"), on a test phantom no training saw."""
+    bundle_dir = sample_env.paths.model_dir / bundle
+    entry = BUNDLES[bundle]
+    overlay = overlay_path(OVERLAYS_DIR, bundle)
     pool = NetworkPool()
     baseline = pool.get(NetworkSpec(bundle_dir, entry.config, entry.weights, (), "cpu"))
     fast = pool.get(NetworkSpec(bundle_dir, entry.config, entry.weights, (overlay,), "cpu"))
     assert baseline.info()["compiled"] is False and baseline.info()["dtype"] == "float32"
     assert fast.info()["compiled"] is True and fast.info()["memory_format"] == "channels_last_3d"
-    x = prepare(bundle_dir, workloads_for(BUNDLE)[0], phantom.test_specs()[0]).batch
-    ref, out = baseline(x), fast(x)
-    graphs = compiled_graphs()
-    dice = dice_per_label(out.argmax(1), ref.argmax(1))
-    assert dice["1"] >= 0.99, dice
-    # bf16 keeps ~3 significant digits; logits of this size agree to a few percent
-    assert ((out - ref).norm() / ref.norm()).item() < 0.05
-    fast(x)
-    assert compiled_graphs() == graphs, "the same input shape must not recompile"
+    for workload in workloads_for(bundle):
+        p = prepare(bundle_dir, workload, phantom.test_specs()[0])
+        ref = workload.run(p.inferer, baseline, p.batch, p.data)
+        out = workload.run(p.inferer, fast, p.batch, p.data)
+        graphs = compiled_graphs()
+        ref_labels, labels = workload.to_labels(ref), workload.to_labels(out)
+        dice = dice_per_label(labels, ref_labels)
+        sizes = {c: int((ref_labels == int(c)).sum()) for c in dice}
+        print(f"\n{bundle} / {workload.name}: Dice per label vs fp32 {dice}, fp32 voxels {sizes}")
+        held = {c: d for c, d in dice.items() if sizes[c] >= MIN_LABEL_VOXELS}
+        assert held, "the trained weights segment nothing this test could hold to the bound"
+        assert min(held.values()) >= 0.99, held
+        assert (labels == ref_labels).float().mean().item() >= 0.999
+        workload.run(p.inferer, fast, p.batch, p.data)
+        assert compiled_graphs() == graphs, "the same input shape must not recompile"
 
 
 def test_pool_shares_one_network_per_key_and_reloads_new_weights(sample_env, tmp_path):

@@ -1,11 +1,10 @@
 """vista3d through a real MONAI Label server: prompts as OHIF v3 sends them (type `vista3d`), clicks as 3D Slicer
 sends them (the deepgrow-typed `vista3d_slicer`), bad prompts, caches and recompiles.
 
-The tiny sample's weights are untrained (seeded), so what a mask covers is not tested here; where a click lands is
-(tests/test_vista_points.py, through the bundle's own preprocessing). These tests check what holds for any weights:
-the mask is on the image's grid, holds only the classes asked for, and in point mode is background beyond the one
-window around each click, a window that sits on the click (on an LPS-stored image a click mapped without the flip
-would put it on the mirrored side, 100+ mm away).
+The tiny sample's weights are trained on phantoms (`rocm-zoo train-sample`): a click in the spleen, from either viewer,
+gives the spleen. The other tests check what holds for any weights: the mask is on the image's grid, holds only the
+classes asked for, and for clicks is background beyond the one window around each click, a window that sits on the
+click (on an LPS-stored image a click mapped without the flip would put it on the mirrored side, 100+ mm away).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import SimpleITK as sitk
 
 from zoo_test_support import LPS_SPEC, wait_all_warm
 from rocm_zoo.samples import phantom
-from rocm_zoo.engine.masks import central_voxel
+from rocm_zoo.engine.masks import central_voxel, dice
 
 pytestmark = pytest.mark.slow
 
@@ -112,11 +111,31 @@ def test_ohif_click_gives_a_mask_on_the_image_grid_only_around_the_click(server,
     same_grid(mask, sample_env.image_path(image_id))
     assert labels.dtype == np.uint8
     assert set(np.unique(labels)) <= {0, VISTA_SPLEEN}
-    # the seeded untrained network answers this click with some spleen-class voxels (measured: a few thousand);
-    # an empty mask would make the next check vacuous
-    assert (labels == VISTA_SPLEEN).any()
+    assert (labels == VISTA_SPLEEN).any()  # an empty mask would make the next check vacuous
     far = far_from(click, mask.GetSpacing(), labels.shape)
     assert far.any() and not labels[far].any(), "point mode must run only the window around the click"
+
+
+# The committed tiny weights measured 0.92-0.97 on the test phantoms, RAS and LPS (docs/benchmarks.md); the issue asks
+# for 0.8. Phantom-trained samples, not clinical models.
+MIN_SPLEEN_CLICK_DICE = 0.8
+
+
+@pytest.mark.parametrize("image_id", ["phantom_test0", LPS_SPEC.name])
+@pytest.mark.parametrize("viewer", ["ohif", "slicer"])
+def test_one_click_in_the_spleen_gives_the_spleen(server, sample_env, image_id, viewer):
+    truth = sample_env.truth(image_id) == phantom.ORGAN_LABELS["spleen"]
+    click = central_voxel(truth)
+    if viewer == "ohif":
+        _, labels = infer(server, "vista3d", image_id,
+                          {"points": [click], "point_labels": [1], "label_prompt": [VISTA_SPLEEN]})
+        mask = labels == VISTA_SPLEEN
+    else:
+        _, labels = infer(server, "vista3d_slicer", image_id, {"label": "spleen", "foreground": [click], "background": []})
+        mask = labels == 1
+    score = dice(mask, truth)
+    print(f"\n{viewer} click in the spleen of {image_id}: Dice {score:.3f}")
+    assert score >= MIN_SPLEEN_CLICK_DICE
 
 
 def test_repeated_ohif_click_with_a_class_reuses_the_encoder(server, sample_env):

@@ -86,7 +86,7 @@ def test_vista3d_reads_the_form_of_its_client(vista):
     name, class_id = next(iter(ohif.labels.items()))
     assert ohif.parse_prompt({"label_prompt": [class_id]}, SHAPE).classes == (class_id,)
     p = slicer.parse_prompt({"label": name, "foreground": [[1, 1, 1]]}, SHAPE)
-    assert p == VistaPrompt((class_id,), ((1.0, 1.0, 1.0),), (1,), points_only=True)
+    assert p == VistaPrompt((class_id,), ((1.0, 1.0, 1.0),), (1,), binary=True)
     with pytest.raises(InvalidRequest, match="Name the structure"):  # Slicer's form is required of the deepgrow task
         slicer.parse_prompt({"label_prompt": [class_id]}, SHAPE)
     with pytest.raises(InvalidRequest, match="out of range"):

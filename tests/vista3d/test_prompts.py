@@ -56,7 +56,7 @@ def test_ohif_refusals(request_, expected):
 
 def test_slicer_label_with_clicks():
     p = from_slicer({"label": "Spleen", "foreground": [[1, 1, 1], [2, 2, 2]], "background": [[3, 3, 3]]}, LABELS, SHAPE)
-    assert p == VistaPrompt((3,), ((1.0, 1.0, 1.0), (2.0, 2.0, 2.0), (3.0, 3.0, 3.0)), (1, 1, 0), points_only=True)
+    assert p == VistaPrompt((3,), ((1.0, 1.0, 1.0), (2.0, 2.0, 2.0), (3.0, 3.0, 3.0)), (1, 1, 0), binary=True)
     p = from_slicer({"label": "liver", "foreground": [], "background": [[3, 3, 3]]}, LABELS, SHAPE)
     assert p.classes == (1,) and p.point_labels == (0,)
 

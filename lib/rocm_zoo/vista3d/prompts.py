@@ -24,9 +24,11 @@ class VistaPrompt:
     classes: tuple[int, ...] | None  # global class ids; None: the bundle's "everything" labels
     points: tuple[Point, ...] | None  # voxel coordinates of the stored image
     point_labels: tuple[int, ...] | None  # 1 foreground, 0 background (2/3 after the bundle's special-class rule)
-    # Clicks only (VISTA3D's interactive point mode): the class is not given to the class head, and the mask is
-    # 0/1 for "the clicked structure", as Slicer's deepgrow path expects.
+    # Clicks only (VISTA3D's interactive point mode): no class for the class head; the point head finds the clicked
+    # structure and the mask is 0/1.
     points_only: bool = False
+    # The mask as 0/1 whatever the class (Slicer's deepgrow path files value 1 under the segment it asked for).
+    binary: bool = False
 
 
 def from_ohif(request: Mapping[str, Any], labels: Mapping[str, int], shape: Sequence[int]) -> VistaPrompt:
@@ -62,8 +64,10 @@ def from_slicer(request: Mapping[str, Any], labels: Mapping[str, int], shape: Se
     background = _points(request.get("background"), "background", shape) or ()
     if not foreground and not background:
         raise InvalidRequest(f"No clicks for '{name}': place at least one foreground or background point")
+    # With the segment's class, as OHIF's point tab sends it: the class head's answer edited by the clicks (the point
+    # head alone knows "the structure clicked", not which one).
     return VistaPrompt((class_id,), foreground + background, (1,) * len(foreground) + (0,) * len(background),
-                       points_only=True)
+                       binary=True)
 
 
 def _points(value: Any, key: str, shape: Sequence[int]) -> tuple[Point, ...] | None:

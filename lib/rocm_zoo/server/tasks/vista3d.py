@@ -5,7 +5,8 @@ Two task kinds over one warm network:
   semantics: the class head's answer edited by the clicks), `label_prompt` alone (those classes), or nothing (the
   bundle's "everything" labels). The mask holds VISTA3D class ids.
 - `deepgrow` (what Slicer lists for clicks): `label` names the segment, `foreground` / `background` clicks.
-  VISTA3D's point mode (no class head); the mask is 0/1, which Slicer files under that segment.
+  The clicks with that segment's class, as OHIF's point tab (a name that stands for several classes, e.g. kidney,
+  clicks in VISTA3D's point mode, no class head); the mask is 0/1, which Slicer files under that segment.
 
 MONAI Label never runs a bundle's evaluator, so the prompt handling the evaluator does is done here: requests are
 checked first (4xx with the reason), the bundle's own prompt transform (subclasses, special-class click labels) is
@@ -121,15 +122,17 @@ class Vista3dTask(OverlayBundleTask):
         for t in transforms:
             d = t(d)
         labels = None if d["point_labels"] is None else tuple(int(v) for v in np.asarray(d["point_labels"]).ravel())
-        if prompt.points_only:  # the class only decided the click labels; the point head finds the clicked structure
-            return VistaPrompt(prompt.classes, prompt.points, labels, points_only=True)
         expanded = None if d["label_prompt"] is None else tuple(dict.fromkeys(int(c) for c in d["label_prompt"]))
-        if prompt.points is not None and expanded is not None and len(expanded) > 1:
+        several = prompt.points is not None and expanded is not None and len(expanded) > 1
+        if prompt.points_only or (prompt.binary and several):
+            # the class only decided the click labels; the point head finds the clicked structure
+            return VistaPrompt(prompt.classes, prompt.points, labels, points_only=True, binary=prompt.binary)
+        if several:
             asked = classes[0]
             parts = ", ".join(f"{c} {self.class_names.get(c, '')}".strip() for c in expanded)
             raise InvalidRequest(f"Class {asked} ('{self.class_names.get(asked, asked)}') stands for {len(expanded)} "
                                  f"classes ({parts}); points segment one class at a time: click with one of them")
-        return VistaPrompt(expanded, prompt.points, labels)
+        return VistaPrompt(expanded, prompt.points, labels, binary=prompt.binary)
 
     def _put_prompts(self, data: Dict[str, Any], prompt: VistaPrompt, image: MetaTensor) -> None:
         """The prompts as the bundle's inferer and postprocessing read them (the keys its evaluator fills in)."""
@@ -164,6 +167,14 @@ class Vista3dTask(OverlayBundleTask):
         # The bundle's Invertd takes the transforms to undo from the image; the prediction must be a MetaTensor.
         data[self.output_label_key] = MetaTensor(logits, meta=dict(image.meta))
         return data
+
+    def writer(self, data: Dict[str, Any], extension=None, dtype=None):
+        prompt = data.get("vista_prompt")
+        if prompt is not None and prompt.binary:
+            mask = data[self.output_label_key]
+            data[self.output_label_key] = (mask > 0).to(torch.uint8) if torch.is_tensor(mask) else \
+                (np.asarray(mask) > 0).astype(np.uint8)
+        return super().writer(data, extension, dtype)
 
     # -- what /info shows --------------------------------------------------------------------------------------------
     def info(self) -> Dict[str, Any]:
