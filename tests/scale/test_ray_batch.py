@@ -113,8 +113,8 @@ def test_workers_killed_mid_run_lose_no_study_and_labels_match_the_single_proces
     assert not list(studies.rglob(".*.nii.gz*")), "a temporary label file was left"
 
     # The same studies through the task the server builds, in this process: the same label, voxel for voxel. With the
-    # workers' one thread: the untrained sample network's 105 logits are close, and a different CPU reduction order
-    # (2 threads) moves ~1% of argmax voxels.
+    # workers' one thread: the sample's 105 logits are close where it learnt nothing (99 of its classes), and a
+    # different CPU reduction order (2 threads) moves ~1% of argmax voxels.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -116,28 +116,6 @@ def test_ohif_click_gives_a_mask_on_the_image_grid_only_around_the_click(server,
     assert far.any() and not labels[far].any(), "point mode must run only the window around the click"
 
 
-# The committed tiny weights measured 0.92-0.97 on the test phantoms, RAS and LPS (docs/benchmarks.md); the issue asks
-# for 0.8. Phantom-trained samples, not clinical models.
-MIN_SPLEEN_CLICK_DICE = 0.8
-
-
-@pytest.mark.parametrize("image_id", ["phantom_test0", LPS_SPEC.name])
-@pytest.mark.parametrize("viewer", ["ohif", "slicer"])
-def test_one_click_in_the_spleen_gives_the_spleen(server, sample_env, image_id, viewer):
-    truth = sample_env.truth(image_id) == phantom.ORGAN_LABELS["spleen"]
-    click = central_voxel(truth)
-    if viewer == "ohif":
-        _, labels = infer(server, "vista3d", image_id,
-                          {"points": [click], "point_labels": [1], "label_prompt": [VISTA_SPLEEN]})
-        mask = labels == VISTA_SPLEEN
-    else:
-        _, labels = infer(server, "vista3d_slicer", image_id, {"label": "spleen", "foreground": [click], "background": []})
-        mask = labels == 1
-    score = dice(mask, truth)
-    print(f"\n{viewer} click in the spleen of {image_id}: Dice {score:.3f}")
-    assert score >= MIN_SPLEEN_CLICK_DICE
-
-
 def test_repeated_ohif_click_with_a_class_reuses_the_encoder(server, sample_env):
     click = central_voxel(sample_env.truth("phantom_test1") == phantom.ORGAN_LABELS["spleen"])
     params = {"points": [click], "point_labels": [1], "label_prompt": [VISTA_SPLEEN]}
@@ -161,7 +139,8 @@ def test_slicer_clicks_give_a_binary_mask_around_the_clicks_and_reuse_the_encode
     spacing = mask.GetSpacing()
     assert not labels[far_from(fg, spacing, labels.shape) & far_from(bg, spacing, labels.shape)].any()
     first = model_info(server, "vista3d_slicer")["embedding_cache"]
-    assert first["misses"] == before["misses"] + 2, "one window per click, each encoded once"
+    # OHIF's click on this spleen above may have encoded its window already: both viewers share the network's cache
+    assert first["misses"] + first["hits"] == before["misses"] + before["hits"] + 2, "one window per click"
     _, again = infer(server, "vista3d_slicer", LPS_SPEC.name, params)
     second = model_info(server, "vista3d_slicer")["embedding_cache"]
     assert second["hits"] == first["hits"] + 2 and second["misses"] == first["misses"], "repeat: no encoder run"
@@ -226,3 +205,27 @@ def test_repeated_clicks_hit_the_image_cache_and_never_recompile(server, sample_
     assert model_info(server)["compiled_graphs"] == graphs_before, "a prompt compiled a new graph"
     # three requests per image visit; only a first visit of an image (at most three here) may load it
     assert model_info(server)["image_cache"]["hits"] >= hits_before + requests_made + 1 - 3
+
+
+# The committed tiny weights measured 0.92-0.97 on the test phantoms, RAS and LPS (docs/benchmarks.md); the issue asks
+# for 0.8. Phantom-trained samples, not clinical models. Last in the module: its clicks fill the encoder cache that
+# the tests above count misses of.
+MIN_SPLEEN_CLICK_DICE = 0.8
+
+
+@pytest.mark.parametrize("image_id", ["phantom_test0", LPS_SPEC.name])
+@pytest.mark.parametrize("viewer", ["ohif", "slicer"])
+def test_one_click_in_the_spleen_gives_the_spleen(server, sample_env, image_id, viewer):
+    truth = sample_env.truth(image_id) == phantom.ORGAN_LABELS["spleen"]
+    click = central_voxel(truth)
+    if viewer == "ohif":
+        _, labels = infer(server, "vista3d", image_id,
+                          {"points": [click], "point_labels": [1], "label_prompt": [VISTA_SPLEEN]})
+        mask = labels == VISTA_SPLEEN
+    else:
+        _, labels = infer(server, "vista3d_slicer", image_id,
+                          {"label": "spleen", "foreground": [click], "background": []})
+        mask = labels == 1
+    score = dice(mask, truth)
+    print(f"\n{viewer} click in the spleen of {image_id}: Dice {score:.3f}")
+    assert score >= MIN_SPLEEN_CLICK_DICE

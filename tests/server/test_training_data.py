@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rocm_zoo.errors import InvalidRequest
+from rocm_zoo.server.training import class_keys
 from rocm_zoo.server.training_data import Datalist, ModelLabels, fits, saved_numbers, split
 
 DEEPEDIT = ModelLabels("spleen_deepedit", {"spleen": 1}, interactive=True)
@@ -40,3 +41,12 @@ def test_split_keeps_a_label_on_each_side():
         split(items(1), 0.2)
     with pytest.raises(InvalidRequest, match="val_split"):
         split(items(5), 0.0)
+
+
+def test_vista3d_learns_the_saved_classes_under_their_global_ids():
+    labels = Datalist([], {}, {"liver": 1, "spleen": 3})
+    keys = dict(class_keys("vista3d", labels))
+    assert keys["label_set"] == [0, 1, 3] and keys["output_classes"] == 3
+    assert keys["label_mappings"] == {"default": [[1, 1], [3, 3]]}  # the values are global ids already
+    assert keys["val_label_set"] == [0, 1, 3] and keys["train#random_transforms#0#num_classes"] == 4
+    assert class_keys("spleen_deepedit_annotation", labels) == ()  # other bundles' numbers are their config's own

@@ -17,15 +17,26 @@ from monailabel.interfaces.tasks.train import TrainTask
 from rocm_zoo.engine.overlay import OVERLAYS_DIR
 from rocm_zoo.engine.pool import NetworkPool
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
+from rocm_zoo.registry import BUNDLES
 from rocm_zoo.server import training_data
 from rocm_zoo.server.training_data import ModelLabels, TrainedOn
 from rocm_zoo.training.checkpoints import CheckpointStore, TrainingDetails
 from rocm_zoo.training.runner import OVERLAY_FILE, Outcome, TrainPlan, train_config_of
 from rocm_zoo.training.service import TrainingService, TrainJob
+from rocm_zoo.training.vista3d_classes import class_overrides
 
 logger = logging.getLogger(__name__)
 
 DEFAULTS = {"max_epochs": 50, "val_split": 0.2, "pretrained": True}  # MONAI Label's train options and defaults
+
+
+def class_keys(bundle: str, datalist: training_data.Datalist) -> tuple[tuple[str, Any], ...]:
+    """Train config keys for what the labels' numbers mean. VISTA3D's labels hold its global class ids (the numbers
+    its labels carry in /info), which its train.json, written for MSD spleen as classes 0 and 1, would not learn."""
+    entry = BUNDLES.get(bundle)
+    if entry is None or entry.kind != "vista3d":
+        return ()
+    return class_overrides({n: n for n in datalist.numbers.values()})
 
 
 class BundleTrainer(TrainTask):
@@ -105,7 +116,7 @@ class Training:
         overlay = OVERLAYS_DIR / trainer.bundle_dir.name / OVERLAY_FILE
         plan = TrainPlan(trainer.bundle_dir, train_config_of(trainer.bundle_dir),
                          (overlay,) if overlay.is_file() else (), trainer.weights, train, val, self.device, max_epochs,
-                         bool(request["pretrained"]))
+                         bool(request["pretrained"]), overrides=class_keys(trainer.bundle_dir.name, datalist))
         return TrainJob(trainer.model, plan, [d["id"] for d in datalist.items], request, datalist.fingerprint())
 
     def _publish(self, job: TrainJob, outcome: Outcome) -> dict[str, Any]:

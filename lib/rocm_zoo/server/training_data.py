@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ class ModelLabels:
 class Datalist:
     items: list[dict[str, str]]  # {"image": path, "label": path, "id": image id}
     skipped: dict[str, str]  # image id -> why its final label does not train this model
+    numbers: dict[str, int] = field(default_factory=dict)  # the organs those labels hold, by name (the model's numbers)
 
     def fingerprint(self) -> list[list[Any]]:
         """What changes when a label is added, replaced or removed."""
@@ -67,16 +68,18 @@ def fits(numbers: dict[str, int] | None, model: ModelLabels) -> str:
 
 def final_labels(store, model: ModelLabels) -> Datalist:
     """The datastore's final labels that train `model`, as the bundle's train config takes them."""
-    items, skipped = [], {}
+    items, skipped, used = [], {}, {}
     for image_id in sorted(store.get_labeled_images(FINAL)):
         info = store.get_label_info(store.get_label_by_image_id(image_id, FINAL), FINAL)
-        why = fits(saved_numbers(info), model)
+        numbers = saved_numbers(info)
+        why = fits(numbers, model)
         if why:
             skipped[image_id] = why
             continue
+        used.update(numbers)
         items.append({"image": store.get_image_uri(image_id), "label": store.get_label_uri(image_id, FINAL),
                       "id": image_id})
-    return Datalist(items, skipped)
+    return Datalist(items, skipped, used)
 
 
 def split(datalist: Datalist, val_split: float) -> tuple[list[dict], list[dict]]:
