@@ -5,8 +5,8 @@ VISTA3D point prompt on the spleen run, twice each, and each result is drawn in 
 Where: the check does not rest on what the sample networks learnt (phantom-trained, not clinical). The reference is
 the label the server gives for the request the page sent (replayed through REST as NIfTI), its voxels on the slice
 on screen projected through the viewport's own world-to-canvas transform; the pixels that changed must lie on them
-(bounding box, centroid, coverage). The VISTA3D mask must also be at the click, which is on the phantom's spleen (its truth
-projected the same way). Each run is compared with a screenshot taken just before it, with the previous result
+(bounding box, centroid, coverage). The VISTA3D mask must also be at the click, which is on the phantom's spleen (its
+truth projected the same way). Each run is compared with a screenshot taken just before it, with the previous result
 removed from OHIF's labelmap, so a second run has to draw again. Screenshots and timings are kept in
 test-artifacts/ohif/. The browser steps are rocm_zoo.bench.ohif_driver's, which `rocm-zoo bench-ohif` times on the
 spleen_10-shaped phantom."""

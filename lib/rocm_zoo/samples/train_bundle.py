@@ -6,9 +6,10 @@ The phantoms are the training specs (seeds disjoint from the test phantoms); the
 itself leaves to its dataset (the datalists, MSD's folds file) comes from here, the rest is the config's: transforms,
 loss, optimiser, schedule, the VISTA3D trainer's prompt sampling. Training-length keys (epochs, validation interval)
 and data loading (a full cache, loader workers) are set for a GPU machine; they change how long it takes, not what
-is learnt; so does the Adam learning rate of VISTA3D, wholeBody_ct and SwinUNETR, 1e-3 instead of their 1-2e-4: upstream
-fine-tunes or trains for days, a sample starts from random weights and has minutes. VISTA3D learns every phantom organ its label dictionary names, under those global class ids, so a click
-and a class prompt both mean what they mean in the real model.
+is learnt; so does the Adam learning rate of VISTA3D, wholeBody_ct and SwinUNETR, 1e-3 instead of their 1-2e-4:
+upstream fine-tunes or trains for days, a sample starts from random weights and has minutes. VISTA3D learns every
+phantom organ its label dictionary names, under those global class ids (upstream's continual-learning keys,
+`rocm_zoo.training.vista3d_classes`), so a click and a class prompt both mean what they mean in the real model.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ VALIDATION_PHANTOMS = 2
 ITK_READERS = ("ITKReader", "monai.data.ITKReader")
 # From random weights in minutes, not days (recorded with each run).
 FROM_SCRATCH: dict[str, tuple[tuple[str, Any], ...]] = {
-    name: (("optimizer#lr", 1e-3),) for name in ("vista3d", "wholeBody_ct_segmentation", "swin_unetr_btcv_segmentation")}
+    name: (("optimizer#lr", 1e-3),)
+    for name in ("vista3d", "wholeBody_ct_segmentation", "swin_unetr_btcv_segmentation")}
 _VISTA3D_ORGANS = {"liver": "liver", "spleen": "spleen", "pancreas": "pancreas", "right_kidney": "right kidney",
                    "aorta": "aorta", "left_kidney": "left kidney"}
 
@@ -190,7 +192,8 @@ def _committed(bundle: str, seed: int) -> tuple[dict[str, dict], dict]:
     if weights is None:
         raise ValueError(f"No committed trained weights for {bundle} to resume from ({trained_weights_file(bundle)})")
     record = torch.load(trained_weights_file(bundle), map_location="cpu", weights_only=True)["record"]
-    return {**SAMPLE_BUNDLES[bundle].random_weights("tiny", seed), **weights}, {k: record.get(k) for k in ("date", "epochs_run", "best_dice", "command", "resumed_from")}
+    said = {k: record.get(k) for k in ("date", "epochs_run", "best_dice", "command", "resumed_from")}
+    return {**SAMPLE_BUNDLES[bundle].random_weights("tiny", seed), **weights}, said
 
 
 def train_sample(bundle: str, work_dir: Path, phantoms: int, epochs: int, device: str, minutes: float,

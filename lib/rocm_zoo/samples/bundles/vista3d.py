@@ -43,7 +43,8 @@ from pathlib import Path
 
 import torch
 
-from rocm_zoo.samples.bundles.common import TRAINED, TINY_NUM_WORKERS, check_size, sample_version, write_json, write_text
+from rocm_zoo.samples.bundles.common import (TRAINED, TINY_NUM_WORKERS, check_size, sample_version, write_json,
+                                             write_text)
 
 NAME = "vista3d"
 UPSTREAM_VERSION = "0.6.0"
