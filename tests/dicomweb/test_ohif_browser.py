@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "ohif"
 COVERED = 0.9  # of the reference voxels on the slice on screen with changed pixels in their square
+FAINT_CHANGE = 8  # grey levels (0-255) of a pixel that a label's fill changed
 # The panel's own result options: NRRD for the browser; the replay asks for the same label as NIfTI.
 BROWSER_ONLY_PARAMS = ("result_extension", "result_dtype", "result_compress")
 
@@ -76,13 +77,18 @@ def _assert_drawn_on(page, before: np.ndarray, after: np.ndarray, label, affine,
     outside = ~((drawn >= lo) & (drawn <= hi)).all(1)
     assert outside.mean() < 0.01, (f"{what}: {outside.sum()} of {len(drawn)} changed pixels lie outside the label's "
                                    f"box {lo.round(1).tolist()}..{hi.round(1).tolist()} (page px)")
-    shift = np.linalg.norm(drawn.mean(0) - points.mean(0))
+    # Where it is drawn, one vote per voxel square with changed pixels: a pixel mean would weigh each organ by how
+    # much its colour changes the grey under it (a fill close to the tissue's grey leaves only its outline).
+    cells = np.unique(np.round((drawn - points[0]) / voxel_px).astype(int), axis=0)
+    shift = np.linalg.norm(points[0] + cells.mean(0) * voxel_px - points.mean(0))
     assert shift < 2 * voxel_px, f"{what}: drawn {shift:.1f} px from where the label is (voxel {voxel_px:.1f} px)"
-    # A voxel is drawn when changed pixels fall inside its square on screen: fill or outline (a fill alone can
-    # change a pixel too little where the label colour is close to the tissue's grey).
+    # A voxel is drawn when changed pixels fall inside its square on screen: fill or outline. A fill changes the grey
+    # under it faintly where the label colour is close to the tissue's (measured: the spleen's pink over the spleen,
+    # 21-39 levels), so any change counts here; the page renders the same slice identically, so elsewhere none does.
+    filled = np.abs(after.astype(int) - before.astype(int)).max(-1) > FAINT_CHANGE
     half = max(int(voxel_px / 2), 1)
     ij = np.floor(points - [x0, y0]).astype(int)
-    covered = np.mean([mask[max(j - half, 0):j + half + 1, max(i - half, 0):i + half + 1].any() for i, j in ij])
+    covered = np.mean([filled[max(j - half, 0):j + half + 1, max(i - half, 0):i + half + 1].any() for i, j in ij])
     assert covered >= COVERED, f"{what}: only {covered:.0%} of the label's voxels on screen are drawn"
     return drawn
 
