@@ -1,5 +1,5 @@
-# Source this on the GPU machine (device tool) before engine-only runs: installs the carried monai + nibabel wheels
-# (.whl-engine, Python 3.12) into /tmp/site and puts rocm_zoo and them on the path. Then e.g.
+# Source this on the GPU machine (device tool) before engine-only runs: installs the carried wheels (.whl-engine,
+# Python 3.12: monai, nibabel, pytorch-ignite) into /tmp/site and puts rocm_zoo and them on the path. Then e.g.
 #   sample_full wholeBody_ct_segmentation && bench wholeBody_ct_segmentation --sw-batch-size 4
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-engine/*.whl
 export PYTHONPATH=$PWD/lib:/tmp/site PYTHONUNBUFFERED=1

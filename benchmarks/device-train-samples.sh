@@ -7,10 +7,8 @@
 # the committed weights (rocm-zoo train-sample --resume).
 set -euo pipefail
 MINUTES=${MINUTES:-7}
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-engine/*.whl
-export PYTHONPATH=$PWD/lib:/tmp/site PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2
-nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv
-python3 -m rocm_zoo.cli env
+source benchmarks/device-engine-setup.sh
+export OMP_NUM_THREADS=2  # four trainings share 16 cores; their loader workers do the data work
 runs=${*:-vista3d:6 wholeBody_ct_segmentation:2 swin_unetr_btcv_segmentation:3 pancreas_ct_dints_segmentation:2}
 mkdir -p /tmp/train
 for run in $runs; do

@@ -68,6 +68,18 @@ def load_trained_weights(bundle: str) -> dict[str, dict[str, torch.Tensor]] | No
             for rel, state in stored["weights"].items()}
 
 
+def committed_weights(bundle: str, seed: int = 0) -> dict[str, dict[str, torch.Tensor]] | None:
+    """The committed trained weights as a tiny bundle gets them: by file inside the bundle, a weights file they do not
+    cover (wholeBody_ct's lowres model) seeded random. None where none are committed."""
+    trained = load_trained_weights(bundle)
+    if trained is None:
+        return None
+    module = SAMPLE_BUNDLES[bundle]
+    if set(getattr(module, "WEIGHT_FILES", trained)) - set(trained):
+        return {**module.random_weights("tiny", seed), **trained}
+    return trained
+
+
 def save_trained_weights(bundle: str, weights: dict[str, dict[str, torch.Tensor]], record: dict,
                          folder: Path | None = None) -> Path:
     """Into the package's weights (or `folder`), with the training's record."""
@@ -186,14 +198,13 @@ def _loading(workers: int) -> tuple[tuple[str, Any], ...]:
 
 
 def _committed(bundle: str, seed: int) -> tuple[dict[str, dict], dict]:
-    """The committed weights to go on from (seeded random for a file they do not cover), with what their record says
-    of them (earlier resumes included)."""
-    weights = load_trained_weights(bundle)
+    """The committed weights to go on from, with what their record says of them (earlier resumes included)."""
+    weights = committed_weights(bundle, seed)
     if weights is None:
         raise ValueError(f"No committed trained weights for {bundle} to resume from ({trained_weights_file(bundle)})")
     record = torch.load(trained_weights_file(bundle), map_location="cpu", weights_only=True)["record"]
     said = {k: record.get(k) for k in ("date", "epochs_run", "best_dice", "command", "resumed_from")}
-    return {**SAMPLE_BUNDLES[bundle].random_weights("tiny", seed), **weights}, said
+    return weights, said
 
 
 def train_sample(bundle: str, work_dir: Path, phantoms: int, epochs: int, device: str, minutes: float,

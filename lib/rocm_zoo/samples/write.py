@@ -20,7 +20,7 @@ import torch
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import SAMPLE_BUNDLES, deepedit, write_sample_bundle
 from rocm_zoo.samples.bundles.common import is_sample
-from rocm_zoo.samples.train_bundle import load_trained_weights
+from rocm_zoo.samples.train_bundle import committed_weights
 
 logger = logging.getLogger(__name__)
 
@@ -104,18 +104,6 @@ def write_deepedit_bundle(model_dir: Path, size: str, train: bool = False, train
     return write_sample_bundle(model_dir, deepedit.NAME, size, {"models/model.pt": state})
 
 
-def tiny_weights(name: str) -> dict[str, dict] | None:
-    """The committed phantom-trained tiny weights (`rocm-zoo train-sample`), by file inside the bundle; a weights file
-    they do not cover (wholeBody_ct's lowres model) stays seeded random. None where none are committed."""
-    trained = load_trained_weights(name)
-    if trained is None:
-        return None
-    module = SAMPLE_BUNDLES[name]
-    if set(getattr(module, "WEIGHT_FILES", trained)) - set(trained):
-        return {**module.random_weights("tiny"), **trained}
-    return trained
-
-
 def write_bundles(model_dir: Path, size: str, names: tuple[str, ...] | None = None, train: bool = False,
                   train_steps: int = 1000) -> list[Path]:
     """The sample bundles named (default: all). Tiny ones get the committed phantom-trained weights; full ones seeded
@@ -127,7 +115,8 @@ def write_bundles(model_dir: Path, size: str, names: tuple[str, ...] | None = No
         if name == deepedit.NAME:
             written.append(write_deepedit_bundle(model_dir, size, train, train_steps))
         else:
-            written.append(write_sample_bundle(model_dir, name, size, tiny_weights(name) if size == "tiny" else None))
+            weights = committed_weights(name) if size == "tiny" else None
+            written.append(write_sample_bundle(model_dir, name, size, weights))
     return written
 
 
