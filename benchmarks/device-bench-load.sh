@@ -7,10 +7,11 @@
 # Needs the server's wheels in /tmp/wheels, carried as for benchmarks/device-server-bench.sh, and Locust's in
 # /tmp/wheels-locust: carry .whl-srv-7 (benchmarks/device-server-wheels) with
 #   mkdir -p /tmp/wheels-locust && cp .whl-srv-7/* /tmp/wheels-locust/
-#   benchmarks/device-bench-load.sh [SECONDS] [BASELINE_SECONDS]   default 60 and 20
-# Results: $OUT/load/load.json, load.md, load.png, samples.jsonl, server.log and the Locust logs.
+#   benchmarks/device-bench-load.sh [SECONDS] [BASELINE_SECONDS] [more bench-load options]   default 60 and 20
+# Results (in $LOAD_OUT, default $OUT/load): load.json, load.md, load.png, samples.jsonl, server.log and the Locust logs.
 set -euo pipefail
 seconds=${1:-60} baseline=${2:-20}
+shift 2 || shift $#
 source benchmarks/device-server-site.sh
 if ! python3 -c "import locust" 2> /dev/null; then
   [ -d /tmp/site-locust/locust ] || python3 -m pip install -q --no-index --no-deps --no-compile \
@@ -31,5 +32,5 @@ done
 python3 -m rocm_zoo.cli -v bench-load --app "$zoo" --studies /tmp/load-data/studies --truth /tmp/load-data/truth \
   --device cuda --deepedit 2 --vista3d 1 --image spleen10_01 --image spleen10_02 --image spleen10_03 \
   --automatic 1 --automatic-model wholeBody_ct --automatic-image spleen10_04 --batch wholeBody_ct \
-  --think-time 1 --duration "$seconds" --baseline --baseline-duration "$baseline" --out "$OUT/load" \
+  --think-time 1 --duration "$seconds" --baseline --baseline-duration "$baseline" --out "${LOAD_OUT:-$OUT/load}" "$@" \
   2>&1 | grep -v -i "warn\|nvimg" || echo "bench-load: exit $?"

@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from rocm_zoo.engine.scheduler import FairQueue, Priority, Work, current_work, device_turn, working_as
+from rocm_zoo.engine import scheduler
+from rocm_zoo.engine.scheduler import (FairQueue, Priority, Work, current_work, device_turn, request_in_progress,
+                                       requests_in_progress, waiting_for_lower_work, working_as)
 from rocm_zoo.errors import DeadlineExceeded, QueueFull, WorkCancelled
 
 
@@ -107,3 +109,102 @@ def test_a_cancelled_work_stops_at_its_next_device_turn():
     with working_as(work), pytest.raises(WorkCancelled):
         with device_turn("cpu"):
             pass
+
+
+def _turn_taken_at(work: Work, device: str = "cpu") -> dict:
+    """Starts a thread that takes one turn on `device` as `work`; the dict gets the time it got the turn."""
+    taken: dict = {}
+
+    def run():
+        with working_as(work), device_turn(device):
+            taken["at"] = time.monotonic()
+
+    taken["thread"] = threading.Thread(target=run, daemon=True)
+    taken["thread"].start()
+    return taken
+
+
+def test_batch_and_background_work_step_aside_while_a_request_is_in_progress():
+    started = threading.Event()
+    release = threading.Event()
+
+    def request():  # between its turns: no turn held, still in progress
+        with request_in_progress():
+            started.set()
+            release.wait(5)
+
+    threading.Thread(target=request, daemon=True).start()
+    started.wait(5)
+    batch = _turn_taken_at(Work(Priority.BATCH, "batch"))
+    background = _turn_taken_at(Work(Priority.BACKGROUND, "server"))
+    automatic = _turn_taken_at(Work(Priority.AUTOMATIC, "auto"))
+    automatic["thread"].join(5)
+    time.sleep(0.3)
+    assert "at" in automatic and "at" not in batch and "at" not in background
+    ended = time.monotonic()
+    release.set()
+    batch["thread"].join(5)
+    background["thread"].join(5)
+    assert batch["at"] >= ended and background["at"] >= ended
+
+
+def test_stepping_aside_has_a_bound_and_stops_for_a_cancelled_work(monkeypatch):
+    monkeypatch.setattr(scheduler, "STEP_ASIDE_MAX_S", 0.2)
+    with request_in_progress():
+        start = time.monotonic()
+        batch = _turn_taken_at(Work(Priority.BATCH, "batch"))
+        batch["thread"].join(5)
+        assert 0.2 <= batch["at"] - start < 2  # a stream of requests that never pauses does not stop a batch
+        monkeypatch.setattr(scheduler, "STEP_ASIDE_MAX_S", 30)
+        work = Work(Priority.BATCH, "batch")
+        failed: list = []
+
+        def run():
+            try:
+                with working_as(work), device_turn("cpu"):
+                    pass
+            except WorkCancelled as e:
+                failed.append(e)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        time.sleep(0.1)
+        work.cancelled.set()
+        t.join(5)
+        assert failed
+
+
+def test_a_request_waiting_for_lower_work_does_not_hold_it_up():
+    # A click for a model the background warm-up is still building waits for that warm-up, whose turns would otherwise
+    # wait for the click: each would wait for the other.
+    with request_in_progress():
+        assert requests_in_progress() == 1
+        with waiting_for_lower_work():
+            assert requests_in_progress() == 0
+            warm_up = _turn_taken_at(Work(Priority.BACKGROUND, "server"))
+            warm_up["thread"].join(2)
+            assert "at" in warm_up
+        assert requests_in_progress() == 1
+    assert requests_in_progress() == 0
+
+
+def test_a_click_on_a_high_priority_gpu_stream_does_not_wait_in_the_queue(monkeypatch):
+    # The GPU runs such a stream's kernels first by itself; a click then waits neither for a study's window in progress
+    # nor for another click. Without that stream (or on a CPU) it waits for its turn as before.
+    on_stream = {"value": True}
+    monkeypatch.setattr(scheduler.streams, "on_interactive_stream", lambda device: on_stream["value"])
+    queue = scheduler.device_queue("cuda:7")
+    study = Work(Priority.AUTOMATIC, "study")
+    queue.acquire(study)  # a window of someone's study holds the device
+    try:
+        click = _turn_taken_at(Work(Priority.INTERACTIVE, "click"), "cuda:7")
+        click["thread"].join(2)
+        assert "at" in click and queue.served[Priority.INTERACTIVE] == 1
+        on_stream["value"] = False
+        queued = _turn_taken_at(Work(Priority.INTERACTIVE, "click"), "cuda:7")
+        queued["thread"].join(0.3)
+        assert "at" not in queued
+    finally:
+        queue.release(study.priority)
+    queued["thread"].join(2)
+    assert "at" in queued

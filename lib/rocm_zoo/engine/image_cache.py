@@ -24,6 +24,7 @@ from monai.transforms import (
     Spacingd,
 )
 
+from rocm_zoo.engine import streams
 from rocm_zoo.engine.lru import ByteLRU
 
 # Deterministic transforms that depend on the image alone: their output can be reused for every click on that image.
@@ -74,10 +75,12 @@ def fresh_copy(entry: dict) -> dict:
 
 class ImageCache:
     """Preprocessed images (dicts of tensors), least recently used first out beyond `max_bytes`; the newest is kept.
-    Every caller gets a fresh copy, so the cached entry is never changed."""
+    Every caller gets a fresh copy, so the cached entry is never changed. Clicks and other requests run on different
+    GPU streams (`engine.streams`): each entry keeps the event after which it is complete on the stream that made it."""
 
     def __init__(self, max_bytes: int):
-        self._entries: ByteLRU[tuple, dict] = ByteLRU(max_bytes, lambda e: sum(_nbytes(v) for v in e.values()))
+        self._entries: ByteLRU[tuple, tuple[dict, Any]] = ByteLRU(
+            max_bytes, lambda kept: sum(_nbytes(v) for v in kept[0].values()))
         self._count_lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -88,17 +91,19 @@ class ImageCache:
 
     def get_or_make(self, key: tuple, make: Callable[[], dict], keep: bool = True) -> dict:
         """The cached entry for `key`, or `make()`'s, kept for next time unless `keep` is false."""
-        entry = self._entries.get(key)
-        if entry is not None:
+        kept = self._entries.get(key)
+        if kept is not None:
             with self._count_lock:
                 self.hits += 1
+            entry, made = kept
+            streams.use_here(entry, made)
             return fresh_copy(entry)
         entry = make()
         with self._count_lock:
             self.misses += 1
         if not keep:
             return entry
-        self._entries.put(key, entry)
+        self._entries.put(key, (entry, streams.ready(entry)))
         return fresh_copy(entry)
 
     def size_bytes(self) -> int:

@@ -24,7 +24,7 @@ from rocm_zoo.engine.backend import Backend, detect_backend, normalise_device
 from rocm_zoo.engine.overlay import AMP_DTYPES, MEMORY_FORMATS, OverlaySettings, bundle_on_path, load_config, load_weights
 from rocm_zoo.engine.overlay import compile_network, prepare_network, read_settings, unwrap_state_dict
 from rocm_zoo.engine.readers_writer import ReadersWriterLock
-from rocm_zoo.engine.scheduler import current_work, device_turn
+from rocm_zoo.engine.scheduler import current_work, device_turn, waiting_for_lower_work
 from rocm_zoo.errors import InvalidRequest
 
 logger = logging.getLogger(__name__)
@@ -130,7 +130,8 @@ class WarmNetwork:
         """Held by a request around its whole inference (many at once), so it runs on one set of weights from its
         first window to its last; a weight swap waits until no request holds it. Get the network from the pool
         first: a request waiting here must not hold anything the swap needs."""
-        with self._use.reading(check=lambda: current_work().check()):
+        # A swap may wait for a batch study holding the network, which steps aside while requests are in progress.
+        with self._use.reading(check=lambda: current_work().check(), waiting=waiting_for_lower_work):
             yield self
 
     def load_state_in_place(self, state_dict: Mapping[str, torch.Tensor]) -> None:
@@ -285,8 +286,10 @@ class NetworkPool:
         spec = self._normalised(spec)
         with self._guard:
             lock = self._locks.setdefault(spec, threading.Lock())
-        while not lock.acquire(timeout=0.1):  # held while building: a concurrent caller waits instead of compiling
-            current_work().check()  # a second copy; a request that is given up meanwhile stops waiting
+        if not lock.acquire(blocking=False):  # held while building: a concurrent caller waits instead of compiling
+            with waiting_for_lower_work():  # the builder may be the background warm-up, which steps aside for requests
+                while not lock.acquire(timeout=0.1):
+                    current_work().check()  # a second copy; a request that is given up meanwhile stops waiting
         try:
             net = self._nets.get(spec)
             weights = Path(spec.bundle_dir) / spec.weights

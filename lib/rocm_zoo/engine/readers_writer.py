@@ -8,7 +8,7 @@ would otherwise wait for a writer that waits for it).
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Callable, Iterator
 
 POLL_S = 0.05
@@ -31,14 +31,18 @@ class ReadersWriterLock:
         return self._writers_waiting
 
     @contextmanager
-    def reading(self, check: Callable[[], None] | None = None) -> Iterator[None]:
-        """Hold as a reader. `check` runs while waiting (a request's deadline and cancellation) and may raise."""
+    def reading(self, check: Callable[[], None] | None = None,
+                waiting: Callable[[], AbstractContextManager] = nullcontext) -> Iterator[None]:
+        """Hold as a reader. `check` runs while waiting (a request's deadline and cancellation) and may raise;
+        `waiting()` is entered around the wait, if there is one."""
         depth = getattr(self._mine, "depth", 0)
         with self._cond:
-            while depth == 0 and (self._writing or self._writers_waiting):
-                self._cond.wait(POLL_S)
-                if check is not None:
-                    check()
+            if depth == 0 and (self._writing or self._writers_waiting):
+                with waiting():
+                    while self._writing or self._writers_waiting:
+                        self._cond.wait(POLL_S)
+                        if check is not None:
+                            check()
             self._readers += 1
         self._mine.depth = depth + 1
         try:

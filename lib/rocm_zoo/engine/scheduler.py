@@ -7,7 +7,15 @@ so one busy client cannot starve another; within a client, first come first serv
 A turn is one network run: a click's forward, or one window batch of a sliding window. Long work therefore yields
 between window batches, and a click waits for at most about one window batch. On a GPU, kernels are queued ahead of
 the host; a turn of lower-priority work hands over only once its kernels have run, and such work never queues more
-than one turn ahead, so the click's kernels do not land behind a queue of someone else's.
+than one turn ahead, so the click's kernels do not land behind a queue of someone else's. On a GPU whose clicks run on
+high-priority streams (`engine.streams`, the default), a click's turn does not queue at all: the GPU itself runs its
+kernels ahead of the other streams' and beside another click's.
+
+Batch and background work go further: while any request is in progress (`request_in_progress`, from admission to
+answer, between its turns too), they take no turn at all. A request has host and device work between its turns
+(reading, resampling, stitching, writing) that a lower class's turns would otherwise slip in beside: a whole-body
+request's sliding window alternated turn for turn with a batch study's, and both shared the interpreter with clicks.
+They wait at most `STEP_ASIDE_MAX_S` per turn, so they still move under a stream of requests that never pauses.
 
 Each thread says what it is doing with `working_as(Work(...))`; the work's deadline and cancellation (the client hung
 up) are checked every time it asks for a turn, so work nobody waits for any more stops at its next turn.
@@ -25,10 +33,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from rocm_zoo.engine import streams
 from rocm_zoo.errors import DeadlineExceeded, QueueFull, WorkCancelled
 
 # How often a waiter re-checks its deadline and cancellation.
 POLL_S = 0.05
+# The longest batch or background work waits for requests in progress before it takes one turn anyway.
+STEP_ASIDE_MAX_S = 5.0
 
 
 class Priority(enum.IntEnum):
@@ -157,12 +168,20 @@ class FairQueue:
     def release(self, priority: Priority, held_s: float = 0.0) -> None:
         with self._cond:
             self._holders -= 1
-            self.served[priority] += 1
-            self._service_s[priority] = 0.8 * self._service_s[priority] + 0.2 * held_s if self.served[priority] > 1 \
-                else held_s
+            self._count_served(priority, held_s)
             self._dispatch()
 
+    def count_unqueued(self, priority: Priority, held_s: float) -> None:
+        """Work that ran beside the holders without a slot (clicks on a high-priority GPU stream) counts as served."""
+        with self._cond:
+            self._count_served(priority, held_s)
+
     # -- under the condition's lock ---------------------------------------------------------------------------------
+    def _count_served(self, priority: Priority, held_s: float) -> None:
+        self.served[priority] += 1
+        self._service_s[priority] = 0.8 * self._service_s[priority] + 0.2 * held_s if self.served[priority] > 1 \
+            else held_s
+
     def _count(self, priority: Priority | None) -> int:
         classes = Priority if priority is None else (priority,)
         return sum(len(q) for p in classes for q in self._waiting[p].values())
@@ -208,6 +227,66 @@ class FairQueue:
                 del clients[ticket.work.client]
 
 
+# -- requests in progress ----------------------------------------------------------------------------------------------
+class _Requests:
+    """How many requests are in progress in this process; batch and background work step aside while any is."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._count = 0
+        self._mine = threading.local()  # is this thread's request counted now?
+
+    @contextmanager
+    def in_progress(self) -> Iterator[None]:
+        self._add(1)
+        self._mine.counted = True
+        try:
+            yield
+        finally:
+            if getattr(self._mine, "counted", False):
+                self._add(-1)
+            self._mine.counted = False
+
+    @contextmanager
+    def waiting_for_lower_work(self) -> Iterator[None]:
+        """Around a request's wait for something lower work must finish first (a network the background warm-up is
+        building): the request does not count meanwhile, or each would wait for the other."""
+        counted = getattr(self._mine, "counted", False)
+        if counted:
+            self._add(-1)
+            self._mine.counted = False
+        try:
+            yield
+        finally:
+            if counted:
+                self._add(1)
+                self._mine.counted = True
+
+    def count(self) -> int:
+        with self._cond:
+            return self._count
+
+    def step_aside(self, work: Work, max_s: float) -> None:
+        """Until no request is in progress (at most `max_s`), checking `work`'s deadline and cancellation."""
+        end = time.monotonic() + max_s
+        with self._cond:
+            while self._count > 0 and time.monotonic() < end:
+                self._cond.wait(POLL_S)
+                work.check()
+
+    def _add(self, n: int) -> None:
+        with self._cond:
+            self._count += n
+            if self._count == 0:
+                self._cond.notify_all()
+
+
+_requests = _Requests()
+request_in_progress = _requests.in_progress
+waiting_for_lower_work = _requests.waiting_for_lower_work
+requests_in_progress = _requests.count
+
+
 # -- turns on a device -------------------------------------------------------------------------------------------------
 _queues: dict[str, FairQueue] = {}
 _queues_guard = threading.Lock()
@@ -238,7 +317,15 @@ def device_turn(device: str) -> Iterator[None]:
     work = current_work()
     queue = device_queue(device)
     on_gpu = device.startswith("cuda")
+    if on_gpu and work.priority == Priority.INTERACTIVE and streams.on_interactive_stream(device):
+        # A click on its high-priority stream: the GPU runs its kernels ahead of the other streams' queued ones, so
+        # it waits neither for a study's window in progress nor for another click of another model.
+        with _unqueued_turn(device, queue, work, held):
+            yield
+        return
     yields = on_gpu and work.priority > Priority.INTERACTIVE
+    if work.priority >= Priority.BATCH:
+        _requests.step_aside(work, STEP_ASIDE_MAX_S)
     if yields:
         _wait_for_previous_turn(device)  # outside the turn: queue at most one turn of kernels ahead
     queue.acquire(work)
@@ -251,6 +338,18 @@ def device_turn(device: str) -> Iterator[None]:
         if yields:
             _hand_over(device, queue, work.priority)
         queue.release(work.priority, time.monotonic() - start)
+
+
+@contextmanager
+def _unqueued_turn(device: str, queue: FairQueue, work: Work, held: set[str]) -> Iterator[None]:
+    work.check()
+    held.add(device)
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        held.discard(device)
+        queue.count_unqueued(work.priority, time.monotonic() - start)
 
 
 def _wait_for_previous_turn(device: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from starlette.requests import Request
 
-from rocm_zoo.engine.scheduler import FairQueue, Priority, Work, devices_info, working_as
+from rocm_zoo.engine.scheduler import FairQueue, Priority, Work, devices_info, request_in_progress, working_as
 from rocm_zoo.errors import DeadlineExceeded, QueueFull
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class RequestService:
 
     @staticmethod
     def _call(queue: FairQueue, work: Work, fn: Callable[..., Any], args: tuple) -> Any:
-        with working_as(work), queue.held(work):
+        with working_as(work), request_in_progress(), queue.held(work):
             return fn(*args)
 
     async def _wait(self, request: Request, work: Work, future: asyncio.Future) -> Any:

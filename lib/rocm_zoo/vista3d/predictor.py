@@ -24,6 +24,7 @@ from typing import Any, Hashable
 import torch
 from torch import nn
 
+from rocm_zoo.engine import streams
 from rocm_zoo.engine.lru import ByteLRU
 from rocm_zoo.engine.pool import WarmNetwork
 from rocm_zoo.engine.scheduler import device_turn
@@ -48,16 +49,20 @@ class EmbeddingCache:
         return self._entries.max_bytes
 
     def get(self, key: Hashable) -> Any:
-        value = self._entries.get(key)
+        kept = self._entries.get(key)
         with self._count_lock:
-            if value is None:
+            if kept is None:
                 self.misses += 1
             else:
                 self.hits += 1
+        if kept is None:
+            return None
+        value, made = kept
+        streams.use_here(value, made)  # made by a click or a warm-up, on its stream (engine.streams)
         return value
 
     def put(self, key: Hashable, value: Any) -> None:
-        self._entries.put(key, value)
+        self._entries.put(key, (value, streams.ready(value)))
 
     def size_bytes(self) -> int:
         return self._entries.size_bytes()
@@ -70,7 +75,7 @@ class EmbeddingCache:
 
 
 def _nbytes(value: Any) -> int:
-    if isinstance(value, (tuple, list)):  # an encoder output: (point branch, label branch), each a list of scales
+    if isinstance(value, (tuple, list)):  # (encoder output, event); an encoder output: (point branch, label branch)
         return sum(_nbytes(v) for v in value)
     return value.element_size() * value.nelement() if torch.is_tensor(value) else 0
 
@@ -89,7 +94,19 @@ class CachingEncoder(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.cache = cache
-        self.key: Hashable | None = None
+        # Per thread: clicks of two clients may run this module at once, each on its own stream (engine.streams).
+        self._keys: dict[int, Hashable] = {}
+
+    @property
+    def key(self) -> Hashable | None:
+        return self._keys.get(threading.get_ident())
+
+    @key.setter
+    def key(self, value: Hashable | None) -> None:
+        if value is None:
+            self._keys.pop(threading.get_ident(), None)
+        else:
+            self._keys[threading.get_ident()] = value
 
     def forward(self, input_images: torch.Tensor, with_point: bool = True, with_label: bool = True):
         key = None if self.key is None else (self.key, with_point, with_label)
@@ -164,7 +181,7 @@ class VistaPredictor:
         if not isinstance(encoder, CachingEncoder):
             raise RuntimeError("VISTA3D's encoder is not routed to the embedding cache on this network: call "
                                "rocm_zoo.vista3d.install(network, inferer) before the predictor runs")
-        # The key is state on the shared module: set it, run, clear it, in one turn on the device.
+        # The key is this thread's state on the shared module: set it, run, clear it, in one turn on the device.
         with device_turn(self.network.backend.device):
             encoder.key = (self.image_key, window)
             try:

@@ -27,6 +27,7 @@ from monailabel.interfaces.utils.transform import run_transforms
 from monailabel.tasks.infer.bundle import BundleInferTask
 from monailabel.transform.pre import LoadImageTensord
 
+from rocm_zoo.engine import streams
 from rocm_zoo.engine.backend import is_out_of_memory, normalise_device
 from rocm_zoo.errors import ConfigError, ImageNotFound, InvalidRequest, VolumeTooLarge
 from rocm_zoo.engine.image_cache import IMAGE_ONLY_TRANSFORMS, ImageCache, file_identity, split_image_only
@@ -70,6 +71,11 @@ class OverlayBundleTask(BundleInferTask):
         self.device = normalise_device(device)
         super().__init__(str(bundle_dir), conf={}, type=entry.kind, load_strict=True)
         self._config["device"] = self.device
+
+    def __call__(self, request, callbacks=None):
+        # A click's GPU work, pre- and post-processing included, on the device's interactive stream (engine.streams).
+        with streams.for_work(self.device, interactive=current_work().priority == Priority.INTERACTIVE):
+            return super().__call__(request, callbacks)
 
     # -- config and network ------------------------------------------------------------------------------------------
     def _load_bundle_config(self, path, config):
