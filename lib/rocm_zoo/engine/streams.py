@@ -1,5 +1,5 @@
-"""Which GPU stream a request queues its kernels on: clicks on one high-priority stream per device, everything else
-on the device's default stream.
+"""Which GPU stream a request queues its kernels on: clicks on a high-priority stream of their worker thread,
+everything else on the device's default stream.
 
 The scheduler's turns order the network runs, but a request also runs kernels between its turns: preprocessing,
 stitching, softmax, argmax and inversion of a whole-body study. On one shared stream a click's kernels queue behind
