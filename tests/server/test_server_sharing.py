@@ -192,3 +192,47 @@ def test_a_client_that_hangs_up_has_its_work_dropped(shared):
     # dropped at its next window batch, well before its deadline, let alone its minutes of work
     wait_for(lambda: sharing(url)["queues"]["automatic"]["running"] == 0, "its work let go",
              timeout_s=REQUEST_TIMEOUT_S - 5)
+
+
+def batch_turns(url: str) -> dict:
+    return sharing(url)["devices"]["cpu"]["turns"]["batch"]
+
+
+def test_a_batch_steps_aside_while_clicks_are_in_progress_and_goes_on_between_them(shared, sample_env):
+    url, _ = shared
+    wait_for(lambda: warm_state(url, "wholeBody_ct").startswith("warm ("), "wholeBody_ct warm", timeout_s=900)
+    alone = statistics.median(click(url, STUDIES[0], sample_env, "erin") for _ in range(3))
+    started = requests.post(f"{url}/batch/infer/wholeBody_ct",
+                            json={"image_ids": [WIDE.name], "label_tag": "sharing_test"}, timeout=30)
+    assert started.status_code == 200, started.text
+    clicks: dict[str, list[float]] = {"erin": [], "frank": []}
+    try:
+        wait_for(lambda: batch_turns(url)["served"] > 2, "the batch's sliding window runs", timeout_s=120)
+        idle_from, idle_start = batch_turns(url)["served"], time.perf_counter()
+        time.sleep(2.0)
+        idle_rate = (batch_turns(url)["served"] - idle_from) / (time.perf_counter() - idle_start)
+        # Two clinicians clicking back to back: a click is in progress all the time.
+        stop = time.perf_counter() + 4.0
+
+        def clinician(name: str, image_id: str) -> None:
+            while time.perf_counter() < stop:
+                clicks[name].append(click(url, image_id, sample_env, name))
+
+        threads = [threading.Thread(target=clinician, args=(n, s)) for n, s in zip(clicks, STUDIES)]
+        busy_from = batch_turns(url)["served"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        busy_turns = batch_turns(url)["served"] - busy_from
+        window_s = batch_turns(url)["mean_held_s"]
+        assert requests.get(f"{url}/batch/infer", timeout=5).json()["state"] == "running"
+    finally:
+        requests.delete(f"{url}/batch/infer", timeout=30)  # it stops after the study it is on
+    assert idle_rate * 2.0 >= 4, f"the batch ran only {idle_rate:.1f} window batches a second while nobody asked"
+    # The batch takes no turn while a click is in progress: at most the one each clinician's first click found it in.
+    assert busy_turns <= 2, f"{busy_turns} batch turns during 4 s of clicks ({clicks}); {idle_rate:.1f} a second idle"
+    # Two clinicians share two cores here: each click at most twice its time alone, plus one window batch.
+    slowest = statistics.median(clicks["erin"] + clicks["frank"])
+    assert slowest <= 2 * alone + window_s + 1.0, \
+        f"clicks {clicks} beside the batch; alone {alone:.2f} s, one window batch {window_s:.2f} s"
