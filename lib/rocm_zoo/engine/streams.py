@@ -6,7 +6,8 @@ stitching, softmax, argmax and inversion of a whole-body study. On one shared st
 those, and the click's copy of its mask to the host waits for all of them. On a stream of its own the click waits for
 neither, and where both streams have work the GPU runs the high-priority stream's blocks first; the scheduler
 therefore lets a click on such a stream run without waiting for a turn. Each worker thread has its own, so two clicks
-of different models run side by side. HIP has stream priorities too, so ROCm runs the same code. Off with
+of different models run side by side. HIP has stream priorities too, so ROCm runs the same code; on a device without
+priorities the stream gets priority 0, and its clicks take queued turns as on one stream. Off with
 `--conf interactive_stream false` (the comparison in docs/benchmarks.md).
 
 Tensors that outlive a request and are read by requests of other classes (the preprocessed-image cache, VISTA3D's
