@@ -73,7 +73,7 @@ class OverlayBundleTask(BundleInferTask):
         self._config["device"] = self.device
 
     def __call__(self, request, callbacks=None):
-        # A click's GPU work, pre- and post-processing included, on the device's interactive stream (engine.streams).
+        # A click's GPU work, pre- and post-processing included, on its thread's high-priority stream (engine.streams).
         with streams.for_work(self.device, interactive=current_work().priority == Priority.INTERACTIVE):
             return super().__call__(request, callbacks)
 
