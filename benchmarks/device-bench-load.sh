@@ -8,7 +8,7 @@
 # /tmp/wheels-locust: carry .whl-srv-7 (benchmarks/device-server-wheels) with
 #   mkdir -p /tmp/wheels-locust && cp .whl-srv-7/* /tmp/wheels-locust/
 #   benchmarks/device-bench-load.sh [SECONDS] [BASELINE_SECONDS] [more bench-load options]   default 60 and 20
-# Results (in $LOAD_OUT, default $OUT/load): load.json, load.md, load.png, samples.jsonl, server.log and the Locust logs.
+# Results (in $LOAD_OUT, default $OUT/load): load.json, load.md, load.png, samples.jsonl, server.log, the Locust logs.
 set -euo pipefail
 seconds=${1:-60} baseline=${2:-20}
 shift 2 || shift $#

@@ -317,18 +317,18 @@ def device_turn(device: str) -> Iterator[None]:
     work = current_work()
     queue = device_queue(device)
     on_gpu = device.startswith("cuda")
-    if on_gpu and work.priority == Priority.INTERACTIVE and streams.on_interactive_stream(device):
-        # A click on its high-priority stream: the GPU runs its kernels ahead of the other streams' queued ones, so
-        # it waits neither for a study's window in progress nor for another click of another model.
-        with _unqueued_turn(device, queue, work, held):
-            yield
-        return
+    # A click on its high-priority stream does not queue: the GPU runs its kernels ahead of the other streams' queued
+    # ones, so it waits neither for a study's window in progress nor for another click of another model.
+    unqueued = on_gpu and work.priority == Priority.INTERACTIVE and streams.on_interactive_stream(device)
     yields = on_gpu and work.priority > Priority.INTERACTIVE
-    if work.priority >= Priority.BATCH:
-        _requests.step_aside(work, STEP_ASIDE_MAX_S)
-    if yields:
-        _wait_for_previous_turn(device)  # outside the turn: queue at most one turn of kernels ahead
-    queue.acquire(work)
+    if unqueued:
+        work.check()
+    else:
+        if work.priority >= Priority.BATCH:
+            _requests.step_aside(work, STEP_ASIDE_MAX_S)
+        if yields:
+            _wait_for_previous_turn(device)  # outside the turn: queue at most one turn of kernels ahead
+        queue.acquire(work)
     held.add(device)
     start = time.monotonic()
     try:
@@ -337,19 +337,10 @@ def device_turn(device: str) -> Iterator[None]:
         held.discard(device)
         if yields:
             _hand_over(device, queue, work.priority)
-        queue.release(work.priority, time.monotonic() - start)
-
-
-@contextmanager
-def _unqueued_turn(device: str, queue: FairQueue, work: Work, held: set[str]) -> Iterator[None]:
-    work.check()
-    held.add(device)
-    start = time.monotonic()
-    try:
-        yield
-    finally:
-        held.discard(device)
-        queue.count_unqueued(work.priority, time.monotonic() - start)
+        if unqueued:
+            queue.count_unqueued(work.priority, time.monotonic() - start)
+        else:
+            queue.release(work.priority, time.monotonic() - start)
 
 
 def _wait_for_previous_turn(device: str) -> None:
