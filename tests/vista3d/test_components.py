@@ -89,3 +89,19 @@ def test_install_routes_only_gpu_tensors_without_cucim(monkeypatch):
     coords, labels = torch.tensor([[[10.0, 10.0, 10.0]]]), torch.tensor([[1]])
     assert torch.equal(torch.as_tensor(vista_net.lcc(pos, ~pos, coords, labels)),
                        torch.as_tensor(monai_merge(pos, ~pos, coords, labels)))
+
+
+def test_a_long_winding_region_takes_few_rounds(monkeypatch):
+    """One region whose far end is 1,180 voxels along it from its start: spreading labels voxel by voxel would take
+    ~1,180 filter steps; pointer jumping takes 6 rounds here (one 3x3x3 filter each)."""
+    mask = np.zeros((4, 40, 60), bool)
+    for row in range(0, 40, 2):  # a serpentine: rows joined at alternate ends
+        mask[1, row, 1:59] = True
+        mask[1, row:row + 2, 58 if row % 4 == 0 else 1] = True
+    filters = []
+    pool = components.F.max_pool3d
+    monkeypatch.setattr(components.F, "max_pool3d", lambda *a, **k: filters.append(1) or pool(*a, **k))
+    ours = components.label_regions(torch.from_numpy(mask)).numpy()
+    assert measure.label(mask, connectivity=3).max() == 1
+    assert len(np.unique(ours[mask])) == 1 and (ours[~mask] == 0).all()
+    assert len(filters) <= 12
