@@ -10,7 +10,7 @@ import rocm_zoo.vista3d
 from rocm_zoo.engine.overlay import bundle_on_path, load_config
 from rocm_zoo.samples.bundles import vista3d, write_sample_bundle
 from rocm_zoo.vista3d import window as vista_window
-from rocm_zoo.vista3d.predictor import CachingEncoder, VistaPredictor
+from rocm_zoo.vista3d.predictor import CACHED_SUBMODULES, CachingSubmodule, VistaPredictor
 
 
 class EagerNetwork:
@@ -46,7 +46,8 @@ def test_install_sets_up_all_four_reroutes_once_and_changes_no_answer(tmp_path, 
         inferer = load_config(bundle, "configs/inference.json").get_parsed_content("inferer")
     torch.manual_seed(0)
     net = EagerNetwork(vista3d.build_network("tiny").eval())
-    encoder, forward = net.eager.image_encoder, net.eager.forward
+    submodules = {path: net.eager.get_submodule(path) for path, *_ in CACHED_SUBMODULES}
+    forward = net.eager.forward
     emptied = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
     x = torch.rand(1, 1, 64, 64, 64, generator=torch.Generator().manual_seed(4))
@@ -61,8 +62,9 @@ def test_install_sets_up_all_four_reroutes_once_and_changes_no_answer(tmp_path, 
     assert vista_net.lcc.rocm_zoo and vista_transforms.keep_components_with_positive_points.rocm_zoo
     module = type(inferer).__call__.__globals__
     assert module["point_based_window_inferer"] is vista_window.point_based_window_inferer
-    assert isinstance(net.eager.image_encoder, CachingEncoder) and net.eager.image_encoder.encoder is encoder, \
-        "the encoder is wrapped once"
+    for path, submodule in submodules.items():
+        wrapped = net.eager.get_submodule(path)
+        assert isinstance(wrapped, CachingSubmodule) and wrapped.module is submodule, f"{path} is wrapped once"
     assert net.eager.forward.rocm_zoo_keeps_allocator_cache and net.eager.forward.__wrapped__ == forward, \
         "the forward is wrapped once"
     after = net(x, **prompts)

@@ -85,8 +85,8 @@ class WarmNetwork:
     warmed_shapes: list[tuple[int, ...]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _use: ReadersWriterLock = field(default_factory=ReadersWriterLock, repr=False)
-    # The tensors a swap writes, by the bundle's state-dict keys, as built: a task may later wrap a submodule (VISTA3D's
-    # caching encoder), which renames the module's own keys but not the checkpoint's.
+    # The tensors a swap writes, by the bundle's state-dict keys, as built: a task may later wrap submodules (VISTA3D's
+    # cached ones), which renames the module's own keys but not the checkpoint's.
     _state: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     _after_swap: list[Callable[[], None]] = field(default_factory=list, repr=False)
 

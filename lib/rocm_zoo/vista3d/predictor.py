@@ -6,20 +6,25 @@ Class prompts: the class head is compiled for a fixed number of classes, and the
 `class_bucket` (repeats of the first class; the head embeds each class on its own, so padding changes nothing) and the
 padded maps are dropped again before stitching. Two class-head shapes then serve every prompt: 1 and the bucket.
 
-Clicks run only the windows around them, and a clinician clicks again and again on one image. The image encoder's
-output for a window depends on the image and the window alone, so it is kept per (image, window, encoder branches),
-bounded in bytes, and a later click that needs that window skips the encoder. VISTA3D's own reuse hook
-(`image_embeddings` with `keep_cache=True`) serves clicks without a class only; the encoder is therefore wrapped
-(`CachingEncoder`, put on the pooled module once by `rocm_zoo.vista3d.install`), which serves clicks with a class
-(OHIF's) as well. Whole-volume prompts are not cached: they touch every window once and would push the clicked windows
-out.
+Clicks run only the windows around them, and a clinician clicks again and again on one image; OHIF sends all of a
+segment's points with every click, so every earlier point's window comes again. Three of VISTA3D's submodules compute
+from the image window alone (the class head: and the class asked for), so their outputs are kept per (image, window),
+bounded in bytes, and a later click on that window skips them:
+- the image encoder (both branches, as the forward asks for them),
+- the class head (OHIF's clicks come with a class),
+- the point head's downsampling of the encoder output (`point_head.feat_downsample`).
+What depends on the points (the rest of the point head, the connected components) runs every time. VISTA3D's own reuse
+hook (`image_embeddings` with `keep_cache=True`) serves clicks without a class only and keeps one image; hence the
+wrappers (`CachingSubmodule`, put on the pooled module once by `rocm_zoo.vista3d.install`). Whole-volume prompts are
+not cached: they touch every window once and would push the clicked windows out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable, Iterator
 
 import torch
 from torch import nn
@@ -29,13 +34,14 @@ from rocm_zoo.engine.lru import ByteLRU
 from rocm_zoo.engine.pool import WarmNetwork
 from rocm_zoo.engine.scheduler import device_turn
 
-# A full-size VISTA3D point-branch embedding of one 128^3 window is 48 x 128^3 values: 201 MB in bf16, so this keeps
-# the last ten windows (a session of ten clicks on one image); the tiny sample's are 4 MB.
-EMBEDDING_CACHE_BYTES = 2 * 2**30
+# A full-size VISTA3D window with a class (OHIF's click) keeps 473 MB in bf16: the encoder's two branches, 48 x 128^3
+# values each (201 MB), the downsampled point features (67 MB) and the class head's map (4 MB). This keeps the last
+# eight such windows (a segment of eight points); the tiny sample's are 9 MB.
+EMBEDDING_CACHE_BYTES = 4 * 2**30
 
 
 class EmbeddingCache:
-    """Least recently used encoder outputs (tensors, or tuples of tensors and None), bounded in bytes; the newest
+    """Least recently used submodule outputs (tensors, or tuples of tensors and None), bounded in bytes; the newest
     entry is always kept."""
 
     def __init__(self, max_bytes: int = EMBEDDING_CACHE_BYTES):
@@ -86,43 +92,84 @@ def _detached(value: Any) -> Any:
     return value.detach() if torch.is_tensor(value) else value
 
 
-class CachingEncoder(nn.Module):
-    """Stands in for VISTA3D's `image_encoder`: while `key` names an (image, window), the encoder's output for it
-    comes from the cache when it is there, and goes into it when it is not. With no key it is the encoder itself."""
+def _cloned(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return type(value)(_cloned(v) for v in value)
+    return value.clone() if torch.is_tensor(value) else value
 
-    def __init__(self, encoder: nn.Module, cache: EmbeddingCache):
-        super().__init__()
-        self.encoder = encoder
-        self.cache = cache
-        # Per thread: clicks of two clients may run this module at once, each on its own stream (engine.streams).
+
+class ThreadWindows:
+    """The (image, window) each thread's forward works on. Per thread: clicks of two clients may run the shared module
+    at once, each on its own stream (engine.streams)."""
+
+    def __init__(self):
         self._keys: dict[int, Hashable] = {}
 
     @property
-    def key(self) -> Hashable | None:
+    def current(self) -> Hashable | None:
         return self._keys.get(threading.get_ident())
 
-    @key.setter
-    def key(self, value: Hashable | None) -> None:
-        if value is None:
+    @contextlib.contextmanager
+    def working_on(self, key: Hashable) -> Iterator[None]:
+        self._keys[threading.get_ident()] = key
+        try:
+            yield
+        finally:
             self._keys.pop(threading.get_ident(), None)
-        else:
-            self._keys[threading.get_ident()] = value
 
-    def forward(self, input_images: torch.Tensor, with_point: bool = True, with_label: bool = True):
-        key = None if self.key is None else (self.key, with_point, with_label)
-        if key is not None:
-            cached = self.cache.get(key)
-            if cached is not None:
-                return cached
-        out = self.encoder(input_images, with_point=with_point, with_label=with_label)
-        if key is not None:
+
+class CachingSubmodule(nn.Module):
+    """Stands in for one of VISTA3D's submodules: while this thread works on an (image, window), the submodule's output
+    for it (and for the arguments `arguments` names) comes from the cache when it is there, and goes into it when it
+    is not. Outside a window it is the submodule itself."""
+
+    def __init__(self, module: nn.Module, cache: EmbeddingCache, windows: ThreadWindows, name: str,
+                 arguments: Callable[..., Hashable], copied: bool = False):
+        super().__init__()
+        self.module = module
+        self.cache = cache
+        self.windows = windows
+        self.name = name
+        self.arguments = arguments
+        self.copied = copied  # the caller edits the output in place: it gets a copy of what is kept
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        window = self.windows.current
+        if window is None:
+            return self.module(*args, **kwargs)
+        key = (window, self.name, self.arguments(*args, **kwargs))
+        out = self.cache.get(key)
+        if out is None:
+            out = self.module(*args, **kwargs)
             self.cache.put(key, _detached(out))
-        return out
+        return _cloned(out) if self.copied else out
 
 
-# One cache per loaded network: embeddings belong to its weights, so a reloaded network starts empty and one whose
+def _encoder_branches(input_images, with_point: bool = True, with_label: bool = True) -> Hashable:
+    return with_point, with_label
+
+
+def _classes(src, class_vector: torch.Tensor) -> Hashable:
+    return tuple(class_vector.reshape(-1).tolist())
+
+
+def _nothing(*args: Any) -> Hashable:
+    return ()
+
+
+# (submodule path, what besides the window its output depends on, copied). The forward edits the class head's logits
+# in place (`connected_components_combine`), so they are handed out as copies.
+CACHED_SUBMODULES = (
+    ("image_encoder", _encoder_branches, False),
+    ("class_head", _classes, True),
+    ("point_head.feat_downsample", _nothing, False),
+)
+
+
+# One cache per loaded network: outputs belong to its weights, so a reloaded network starts empty and one whose
 # weights were swapped in place is emptied (while requests wait for the swap).
 _CACHES: weakref.WeakKeyDictionary[nn.Module, EmbeddingCache] = weakref.WeakKeyDictionary()
+_WINDOWS: weakref.WeakKeyDictionary[nn.Module, ThreadWindows] = weakref.WeakKeyDictionary()
 _CACHES_LOCK = threading.Lock()
 
 
@@ -135,14 +182,24 @@ def embedding_cache(network: WarmNetwork) -> EmbeddingCache:
         return cache
 
 
-def route_encoder(network: WarmNetwork) -> CachingEncoder:
-    """The pooled module's encoder, wrapped once (the compiled encoder stays inside, warm)."""
+def route_window_caches(network: WarmNetwork) -> ThreadWindows:
+    """The pooled module's cached submodules, each wrapped once (compiled ones stay inside, warm); the windows its
+    threads work on."""
     module = network.eager
     cache = embedding_cache(network)
     with _CACHES_LOCK:
-        if not isinstance(module.image_encoder, CachingEncoder):
-            module.image_encoder = CachingEncoder(module.image_encoder, cache)
-        return module.image_encoder
+        windows = _WINDOWS.setdefault(module, ThreadWindows())
+        for path, arguments, copied in CACHED_SUBMODULES:
+            parent_path, _, name = path.rpartition(".")
+            parent = module.get_submodule(parent_path)
+            if not isinstance(getattr(parent, name), CachingSubmodule):
+                setattr(parent, name, CachingSubmodule(getattr(parent, name), cache, windows, path, arguments, copied))
+        return windows
+
+
+def _routed_windows(network: WarmNetwork) -> ThreadWindows | None:
+    with _CACHES_LOCK:
+        return _WINDOWS.get(network.eager)
 
 
 class VistaPredictor:
@@ -165,7 +222,7 @@ class VistaPredictor:
         if class_vector is not None and point_coords is None and 1 < len(class_vector) < self.class_bucket:
             return self._padded_classes(x, *args, class_vector=class_vector, **kwargs)
         if point_coords is not None and patch_coords is not None and self.image_key:
-            return self._with_cached_encoder(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
+            return self._with_cached_window(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
         return self.network(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
 
     def _padded_classes(self, x, *args, class_vector: torch.Tensor, **kwargs) -> torch.Tensor:
@@ -175,16 +232,12 @@ class VistaPredictor:
         # one map per class: along dim 1 when the forward transposes for an inferer ([1, classes, ...]), else dim 0
         return out[:, :n] if kwargs.get("transpose") else out[:n]
 
-    def _with_cached_encoder(self, x, *args, **kwargs) -> torch.Tensor:
+    def _with_cached_window(self, x, *args, **kwargs) -> torch.Tensor:
         window = tuple((s.start, s.stop) for s in kwargs["patch_coords"][0][-3:])
-        encoder = self.network.eager.image_encoder
-        if not isinstance(encoder, CachingEncoder):
-            raise RuntimeError("VISTA3D's encoder is not routed to the embedding cache on this network: call "
+        windows = _routed_windows(self.network)
+        if windows is None:
+            raise RuntimeError("VISTA3D's submodules are not routed to the embedding cache on this network: call "
                                "rocm_zoo.vista3d.install(network, inferer) before the predictor runs")
-        # The key is this thread's state on the shared module: set it, run, clear it, in one turn on the device.
-        with device_turn(self.network.backend.device):
-            encoder.key = (self.image_key, window)
-            try:
-                return self.network(x, *args, **kwargs)
-            finally:
-                encoder.key = None
+        # The window is this thread's state on the shared module: set, run, cleared, in one turn on the device.
+        with device_turn(self.network.backend.device), windows.working_on((self.image_key, window)):
+            return self.network(x, *args, **kwargs)

@@ -5,7 +5,8 @@
 | `keep_merge_components_with_points`,    | the network's forward, the        | `components` (GPU tensors      | process     |
 | `keep_components_with_positive_points`  | bundle's post transform           | without cuCIM)                 |             |
 | `point_based_window_inferer`            | the bundle's inferer              | `window` (stitched on device)  | inferer     |
-| `image_encoder`                         | the network's forward             | `predictor.CachingEncoder`     | network     |
+| `image_encoder`, `class_head`,          | the network's forward             | `predictor.CachingSubmodule`   | network     |
+| `point_head.feat_downsample`            |                                   | (kept per window)              |             |
 | `torch.cuda.empty_cache`                | the network's forward             | nothing                        | network     |
 
 VISTA3D's forward calls `torch.cuda.empty_cache()` on every call (MONAI's training-time habit): it hands the
@@ -32,11 +33,12 @@ _NETWORK_LOCK = threading.Lock()  # two tasks (OHIF's and Slicer's) share one ne
 
 
 def install(network: WarmNetwork, inferer: Any) -> None:
-    """Routes MONAI's component steps, `inferer`'s point window inferer, and `network`'s encoder and cache emptying."""
+    """Routes MONAI's component steps, `inferer`'s point window inferer, and `network`'s cached submodules and cache
+    emptying."""
     components.route_monai()
     window.route_inferer(inferer)
     with _NETWORK_LOCK:
-        predictor.route_encoder(network)
+        predictor.route_window_caches(network)
         keep_allocator_cache(network)
 
 

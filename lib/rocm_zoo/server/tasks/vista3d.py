@@ -182,6 +182,6 @@ class Vista3dTask(OverlayBundleTask):
         net = self.pool.peek(self.network_spec())
         if net is not None:
             cache = embedding_cache(net)
-            i["embedding_cache"] = {"hits": cache.hits, "misses": cache.misses, "windows": len(cache),
+            i["embedding_cache"] = {"hits": cache.hits, "misses": cache.misses, "entries": len(cache),
                                     "bytes": cache.size_bytes()}
         return i
