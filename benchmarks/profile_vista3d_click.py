@@ -3,15 +3,16 @@ this process (as `monailabel start_server` builds it, warmed), then `app.infer` 
 
 usage: python benchmarks/profile_vista3d_click.py STUDIES IMAGE_ID TRUTH_NIFTI OUT_DIR [--runs 20] [--warmup 5]
 
-Three variants in one run, each timed over the same clicks (p50/p90 of `app.infer`, and of the network forwards in it
-with a device sync around each):
-- monai_window: MONAI's point window inferer (stitches on the host) and VISTA3D's `torch.cuda.empty_cache()` per
-  forward, everything else as rocm_zoo has it;
-- rocm_zoo: the windows stitched on the device (`rocm_zoo.vista3d.window`), the allocator's cache kept;
-- rocm_zoo+point_head: the same, with the point head's two convolution stacks (`feat_downsample`,
-  `output_upscaling`; fixed shapes for every click) compiled in place (their compile falls in the warm-up clicks).
-Then a torch.profiler run of rocm_zoo's clicks: OUT_DIR/profile_{ohif,slicer}.txt (operators by device time and by
-host time) and OUT_DIR/trace_ohif.json.gz (one click, for chrome://tracing / Perfetto). OUT_DIR/profile_click.json
+Requests: OHIF's click with the spleen's class, one point (`ohif`) and four (`ohif4`: OHIF sends all of a segment's
+points, as bench-load's clinician does, each point its own window), and Slicer's click. Variants, each timed over the
+same requests (p50/p90 of `app.infer`, and of the network forwards in it with a device sync around each):
+- before: the click path of 2026-12-04 (cd299f0): regions labelled by spreading the 3x3x3 filter voxel by voxel,
+  only the image encoder's output kept per window;
+- jumping: regions labelled by pointer jumping (`rocm_zoo.vista3d.components` now), encoder output kept;
+- rocm_zoo: that, and the class head's map and the point head's downsampled features kept per window as well.
+Each variant's first answer to each request is compared with before's, voxel by voxel (`voxels_unlike_before`).
+Then a torch.profiler run of rocm_zoo's clicks: OUT_DIR/profile_{ohif4,slicer}.txt (operators by device time and by
+host time) and OUT_DIR/trace_ohif4.json.gz (one click, for chrome://tracing / Perfetto). OUT_DIR/profile_click.json
 holds the timings.
 """
 
@@ -25,16 +26,16 @@ import time
 from pathlib import Path
 
 import nibabel as nib
+import nrrd
 import numpy as np
 import torch
-from monai.apps.vista3d import inferer as monai_inferer
+import torch.nn.functional as F
 
-from rocm_zoo.vista3d import predictor as vista_predictor
-from rocm_zoo.vista3d import reroutes
-from rocm_zoo.vista3d import window as vista_window
+from rocm_zoo.bench.load import organ_clicks
 from rocm_zoo.bench.network import versions
 from rocm_zoo.bench.stats import medians, summarise
-from rocm_zoo.engine.masks import central_voxel
+from rocm_zoo.vista3d import components
+from rocm_zoo.vista3d import predictor as vista_predictor
 
 REPO = Path(__file__).resolve().parents[1]
 VISTA_SPLEEN = 3
@@ -71,49 +72,62 @@ class ForwardTimer:
         vista_predictor.VistaPredictor.__call__ = self._call
 
 
+def filter_label_regions(mask: torch.Tensor) -> torch.Tensor:
+    """The labelling of cd299f0: the largest start value spread by a 3x3x3 max filter until nothing changes."""
+    n = mask.numel()
+    dtype = torch.float32 if n <= 2**24 else torch.float64
+    m = mask.to(dtype)[None, None]
+    values = torch.arange(n, 0, -1, dtype=dtype, device=mask.device).view(m.shape) * m
+    while True:
+        previous = values
+        for _ in range(8):
+            values = F.max_pool3d(values, 3, stride=1, padding=1) * m
+        if torch.equal(previous, values):
+            return values[0, 0]
+
+
+WINDOW_OUTPUTS_BESIDE_THE_ENCODER = ("class_head", "point_head.feat_downsample")
+
+
 @contextlib.contextmanager
-def monai_variant():
-    """MONAI's own click path: its host-stitching window inferer and VISTA3D's cache emptying."""
-    route, kept = vista_window.route_inferer, reroutes.allocator_cache_kept
-
-    def monai_route(inferer):  # `install` runs before each click: this puts MONAI's inferer back each time
-        type(inferer).__call__.__globals__["point_based_window_inferer"] = monai_inferer.point_based_window_inferer
-
-    vista_window.route_inferer, reroutes.allocator_cache_kept = monai_route, contextlib.nullcontext
+def variant(app, labelling=None, encoder_only: bool = False):
+    """Swaps the region labelling; with `encoder_only`, the submodules kept beside the encoder run every time (their
+    wrappers look at a window state no thread sets)."""
+    kept_labelling = components.label_regions
+    swapped = []
+    if labelling is not None:
+        components.label_regions = labelling
+    if encoder_only:
+        for task in app._infers.values():
+            net = task.pool.peek(task.network_spec())
+            for path in WINDOW_OUTPUTS_BESIDE_THE_ENCODER:
+                wrapper = net.eager.get_submodule(path)
+                if isinstance(wrapper, vista_predictor.CachingSubmodule) and wrapper not in [w for w, _ in swapped]:
+                    swapped.append((wrapper, wrapper.windows))
+                    wrapper.windows = vista_predictor.ThreadWindows()
     try:
         yield
     finally:
-        vista_window.route_inferer, reroutes.allocator_cache_kept = route, kept
+        components.label_regions = kept_labelling
+        for wrapper, windows in swapped:
+            wrapper.windows = windows
 
 
-@contextlib.contextmanager
-def point_head_compiled(app):
-    """The point head's fixed-shape convolution stacks compiled, on every pooled VISTA3D network of the app."""
-    for task in app._infers.values():
-        net = task.pool.peek(task.network_spec())
-        for name in POINT_HEAD_STACKS:
-            module = net.eager.point_head.get_submodule(name)
-            if not getattr(module, "_compiled_call_impl", None):
-                module.compile(dynamic=False)
-    yield
-
-
-POINT_HEAD_STACKS = ("feat_downsample", "output_upscaling")
-
-
-def one(app, request: dict) -> tuple[float, dict]:
+def one(app, request: dict, answers: list | None = None) -> tuple[float, dict]:
     t = time.perf_counter()
     result = app.infer(request)
     wall = time.perf_counter() - t
+    if answers is not None:
+        answers.append(nrrd.read(result["label"])[0])
     Path(result["label"]).unlink(missing_ok=True)
     return wall, result.get("params", {}).get("latencies", {})
 
 
-def series(app, request: dict, runs: int, warmup: int) -> dict:
+def series(app, request: dict, runs: int, warmup: int, answers: list) -> dict:
     walls, forwards, stages = [], [], []
     for i in range(warmup + runs):
         with ForwardTimer() as timer:
-            wall, lat = one(app, request)
+            wall, lat = one(app, request, answers if i == 0 else None)
         if i >= warmup:
             walls.append(wall * 1000)
             forwards.append(sum(timer.seconds) * 1000)
@@ -136,10 +150,10 @@ def profile(app, request: dict, out: Path, name: str, runs: int = 3) -> None:
     text = (f"# {name}: {runs} clicks\n## by device time\n{table.table(sort_by=device_key, row_limit=35)}\n"
             f"## by host time (self)\n{table.table(sort_by='self_cpu_time_total', row_limit=35)}\n")
     (out / f"profile_{name}.txt").write_text(text)
-    if name == "ohif":
+    if name == "ohif4":
         with torch.profiler.profile(activities=activities) as one_click:
             one(app, request)
-        trace = out / "trace_ohif.json"
+        trace = out / "trace_ohif4.json"
         one_click.export_chrome_trace(str(trace))
         with open(trace, "rb") as src, gzip.open(f"{trace}.gz", "wb") as dst:
             shutil.copyfileobj(src, dst)
@@ -153,10 +167,13 @@ def main() -> None:
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    click = central_voxel(np.asarray(nib.load(a.truth).dataobj) == SPLEEN_TRUTH)
+    clicks = organ_clicks(np.asarray(nib.load(a.truth).dataobj), SPLEEN_TRUTH, count=4)
+    click = clicks[0]
     common = {"image": a.image, "result_extension": ".nrrd", "result_dtype": "uint8", "client_id": "profile"}
     requests = {
         "ohif": {"model": "vista3d", "points": [click], "point_labels": [1], "label_prompt": [VISTA_SPLEEN], **common},
+        "ohif4": {"model": "vista3d", "points": clicks, "point_labels": [1] * len(clicks),
+                  "label_prompt": [VISTA_SPLEEN], **common},
         "slicer": {"model": "vista3d_slicer", "label": "spleen", "foreground": [click], "background": [], **common},
     }
 
@@ -167,18 +184,27 @@ def main() -> None:
     app = MyApp(str(REPO / "apps" / "rocm_zoo"), a.studies, {"models": "vista3d"})
     app.on_init_complete()  # warms (compiles) every model, as the server does before answering
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    record = {"versions": versions(device), "click": click, "app_ready_s": round(time.perf_counter() - t, 1)}
+    record = {"versions": versions(device), "clicks": clicks, "app_ready_s": round(time.perf_counter() - t, 1)}
     t = time.perf_counter()
     one(app, requests["ohif"])
     record["first_click_ms"] = round((time.perf_counter() - t) * 1000, 1)
-    variants = (("monai_window", monai_variant), ("rocm_zoo", contextlib.nullcontext),
-                ("rocm_zoo+point_head", lambda: point_head_compiled(app)))
-    for variant, context in variants:
+    variants = (("before", lambda: variant(app, filter_label_regions, encoder_only=True)),
+                ("jumping", lambda: variant(app, encoder_only=True)),
+                ("rocm_zoo", lambda: variant(app)))
+    first_answers: dict[str, list] = {}
+    for name, context in variants:
+        answers: list = []
         with context():
-            record[variant] = {name: series(app, r, a.runs, a.warmup) for name, r in requests.items()}
-        print(variant, json.dumps(record[variant]), flush=True)
-    for name, r in requests.items():
-        profile(app, r, out, name)
+            record[name] = {r: series(app, request, a.runs, a.warmup, answers) for r, request in requests.items()}
+        first_answers[name] = answers
+        record[name]["voxels_unlike_before"] = {
+            r: int((ours != theirs).sum()) for r, ours, theirs in zip(requests, answers, first_answers["before"])}
+        print(name, json.dumps(record[name]), flush=True)
+    cache = vista_predictor.embedding_cache(app._infers["vista3d"].pool.peek(app._infers["vista3d"].network_spec()))
+    record["embedding_cache"] = {"entries": len(cache), "bytes": cache.size_bytes(), "hits": cache.hits,
+                                 "misses": cache.misses}
+    for name in ("ohif4", "slicer"):
+        profile(app, requests[name], out, name)
     (out / "profile_click.json").write_text(json.dumps(record, indent=2))
     print(json.dumps(record, indent=2))
 
