@@ -65,6 +65,10 @@ def sharing(url: str) -> dict:
     return requests.get(f"{url}/info/", timeout=5).json()["rocm_zoo"]["requests"]
 
 
+def heap(url: str) -> dict:
+    return requests.get(f"{url}/info/", timeout=5).json()["rocm_zoo"]["heap"]
+
+
 def automatic(url: str, image_id: str, out: dict, key: str, timeout: float = 120) -> None:
     """A wholeBody_ct request in a thread; its status (or the client's error) and time land in `out[key]`."""
     def run():
@@ -116,6 +120,16 @@ def test_a_click_during_a_background_compile_is_not_delayed_by_it(shared, sample
     slowest = max(during[1:])
     assert slowest <= 4 * alone + 4.0 and slowest < compile_s / 4, \
         f"clicks during the compile {during}, alone {alone:.2f} s, the compile {compile_s:.0f} s"
+
+
+def test_once_every_model_is_warm_its_objects_are_out_of_the_garbage_collectors_reach(shared):
+    url, _ = shared
+    wait_for(lambda: warm_state(url, "wholeBody_ct").startswith("warm ("), "wholeBody_ct warm", timeout_s=900)
+    wait_for(lambda: heap(url)["frozen_objects"] > 0, "the warm heap frozen", 60)
+    frozen = heap(url)
+    # the two tiny models' server: MONAI, MONAI Label, their configs, the compiled graphs
+    assert frozen["frozen_objects"] > 200_000, frozen
+    assert frozen["full_collection_before_freeze_s"] > 0, frozen
 
 
 def test_info_answers_and_a_click_goes_between_window_batches_of_a_long_request(shared, sample_env):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rocm_zoo.engine.backend import apply_env_defaults, describe, detect_backend
+from rocm_zoo.server import heap
 from rocm_zoo.server.config import AppConfig
 from rocm_zoo.errors import BundleNotFound
 from rocm_zoo.engine.image_cache import ImageCache
@@ -64,6 +65,7 @@ class Zoo:
         self.missing: dict[str, str] = {}
         self.warm_state: dict[str, str] = {}  # per task: pending, warming, warm (N s), failed: why
         self._background: threading.Thread | None = None
+        self.heap = heap.watch()
         for model in self.config.models:
             for entry in tasks_of(model):
                 self._add(entry)
@@ -90,16 +92,17 @@ class Zoo:
         for task in self.tasks.values():
             self.warm_state[task.entry.name] = "pending"
         if not background:
-            for task in interactive + batch:
-                self._warm_one(task, reraise=task.entry.interactive)
+            self._warm_all(interactive + batch, reraise_interactive=True)
             return
         self._background = threading.Thread(target=self._warm_all, args=(interactive + batch,), name="rocm_zoo-warm",
                                             daemon=True)
         self._background.start()
 
-    def _warm_all(self, tasks: list[OverlayBundleTask]) -> None:
+    def _warm_all(self, tasks: list[OverlayBundleTask], reraise_interactive: bool = False) -> None:
         for task in tasks:
-            self._warm_one(task, reraise=False)
+            self._warm_one(task, reraise=reraise_interactive and task.entry.interactive)
+        if self.config.gc_freeze:
+            self.heap.freeze_warm_heap()
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready when every interactive model is warm (all of them when warm-up is off: the operator chose)."""
@@ -125,4 +128,5 @@ class Zoo:
         logger.info("rocm_zoo: %s warm (%.1f s)", name, seconds)
 
     def info(self) -> dict[str, Any]:
-        return {"backend": describe(self.backend), "missing": self.missing, "warm": dict(self.warm_state)}
+        return {"backend": describe(self.backend), "missing": self.missing, "warm": dict(self.warm_state),
+                "heap": self.heap.info()}
