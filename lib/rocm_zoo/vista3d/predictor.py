@@ -8,8 +8,8 @@ padded maps are dropped again before stitching. Two class-head shapes then serve
 
 Clicks run only the windows around them, and a clinician clicks again and again on one image; OHIF sends all of a
 segment's points with every click, so every earlier point's window comes again. Three of VISTA3D's submodules compute
-from the image window alone (the class head: and the class asked for), so their outputs are kept per (image, window),
-bounded in bytes, and a later click on that window skips them:
+from the image window alone (the class head from it and the class asked for), so their outputs are kept per (image,
+window), bounded in bytes, and a later click on that window skips them:
 - the image encoder (both branches, as the forward asks for them),
 - the class head (OHIF's clicks come with a class),
 - the point head's downsampling of the encoder output (`point_head.feat_downsample`).
@@ -34,9 +34,9 @@ from rocm_zoo.engine.lru import ByteLRU
 from rocm_zoo.engine.pool import WarmNetwork
 from rocm_zoo.engine.scheduler import device_turn
 
-# A full-size VISTA3D window with a class (OHIF's click) keeps 473 MB in bf16: the encoder's two branches, 48 x 128^3
-# values each (201 MB), the downsampled point features (67 MB) and the class head's map (4 MB). This keeps the last
-# eight such windows (a segment of eight points); the tiny sample's are 9 MB.
+# A full-size VISTA3D window with a class (OHIF's click) keeps about 470 MB in bf16, by its shapes: the encoder's two
+# branches, 48 x 128^3 values each (201 MB), the downsampled point features (128 x 64^3, 67 MB) and the class head's
+# map (4 MB). This keeps the last eight such windows (a segment of eight points); the tiny sample's are 9 MiB.
 EMBEDDING_CACHE_BYTES = 4 * 2**30
 
 
