@@ -86,16 +86,11 @@ def _nbytes(value: Any) -> int:
     return value.element_size() * value.nelement() if torch.is_tensor(value) else 0
 
 
-def _detached(value: Any) -> Any:
+def _tensors_mapped(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """`fn` applied to every tensor of a submodule's output (a tensor, or a tuple of tensors and None)."""
     if isinstance(value, (tuple, list)):
-        return type(value)(_detached(v) for v in value)
-    return value.detach() if torch.is_tensor(value) else value
-
-
-def _cloned(value: Any) -> Any:
-    if isinstance(value, (tuple, list)):
-        return type(value)(_cloned(v) for v in value)
-    return value.clone() if torch.is_tensor(value) else value
+        return type(value)(_tensors_mapped(v, fn) for v in value)
+    return fn(value) if torch.is_tensor(value) else value
 
 
 class ThreadWindows:
@@ -141,8 +136,8 @@ class CachingSubmodule(nn.Module):
         out = self.cache.get(key)
         if out is None:
             out = self.module(*args, **kwargs)
-            self.cache.put(key, _detached(out))
-        return _cloned(out) if self.copied else out
+            self.cache.put(key, _tensors_mapped(out, torch.Tensor.detach))
+        return _tensors_mapped(out, torch.Tensor.clone) if self.copied else out
 
 
 def _encoder_branches(input_images, with_point: bool = True, with_label: bool = True) -> Hashable:
