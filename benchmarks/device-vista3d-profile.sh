@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Where a repeated VISTA3D click spends its time on the GPU machine: benchmarks/profile_vista3d_click.py (the app in one
-# process, MONAI's window stitching against rocm_zoo's, and the point head compiled, then a torch.profiler run) on the full-size sample and the
-# spleen_10-shaped phantom. Needs the server's wheels in /tmp/wheels, as for benchmarks/device-vista3d-click-bench.sh.
-# Writes $OUT/profile/profile_click.json, profile_ohif.txt, profile_slicer.txt, trace_ohif.json.gz.
+# process; the click path before pointer jumping and window outputs kept, then each part added; then a torch.profiler
+# run) on the full-size sample and the spleen_10-shaped phantom. Needs the server's wheels in /tmp/wheels, as for
+# benchmarks/device-vista3d-click-bench.sh.
+# Writes $OUT/profile/profile_click.json, profile_ohif4.txt, profile_slicer.txt, trace_ohif4.json.gz.
 set -euo pipefail
 source benchmarks/device-server-site.sh
 [ -f /tmp/zoo/studies/phantom_spleen10.nii.gz ] && [ -d apps/rocm_zoo/model/vista3d ] || \

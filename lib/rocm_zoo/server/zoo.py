@@ -98,6 +98,11 @@ class Zoo:
                                             daemon=True)
         self._background.start()
 
+    def wait_warm(self) -> None:
+        """Returns once the background warm-up, heap freeze included, is over (at once when none runs)."""
+        if self._background is not None:
+            self._background.join()
+
     def _warm_all(self, tasks: list[OverlayBundleTask], reraise_interactive: bool = False) -> None:
         for task in tasks:
             self._warm_one(task, reraise=reraise_interactive and task.entry.interactive)
