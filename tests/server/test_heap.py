@@ -35,6 +35,14 @@ def test_a_slow_collection_is_counted_and_logged(watch, caplog):
     assert "stopped every thread" in caplog.text
 
 
+def test_the_freezes_own_collection_is_reported_once_not_warned_of(watch, caplog):
+    watch.slow_s = 0.0
+    with caplog.at_level(logging.INFO, logger="rocm_zoo.server.heap"):
+        watch.freeze_warm_heap()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "out of the garbage collector's reach" in caplog.text
+
+
 def test_freezing_takes_the_warm_objects_out_of_every_later_collection(watch):
     warm = [{"i": i, "list": [i]} for i in range(300_000)]  # long-lived containers, as a warm server's
     before = min(full_collection_s() for _ in range(3))

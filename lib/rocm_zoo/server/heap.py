@@ -33,6 +33,7 @@ class PauseWatch:
         self.slow = 0
         self.longest_s = 0.0
         self._started: float | None = None
+        self._freezing = False  # the freeze's own collection is no pause to warn of: it happens once, before serving
         self.frozen_objects = 0
         self.full_collection_s = 0.0  # the full collection just before the freeze: what each one cost until then
         self._lock = threading.Lock()
@@ -55,7 +56,7 @@ class PauseWatch:
         seconds, self._started = time.perf_counter() - self._started, None
         self.collections += 1
         self.longest_s = max(self.longest_s, seconds)
-        if seconds >= self.slow_s:
+        if seconds >= self.slow_s and not self._freezing:
             self.slow += 1
             logger.warning("rocm_zoo: a garbage collection (generation %s, %s objects freed) stopped every thread for "
                            "%.3f s", info.get("generation"), info.get("collected"), seconds)
@@ -65,7 +66,11 @@ class PauseWatch:
         The pause counts start again from here."""
         with self._lock:
             start = time.perf_counter()
-            gc.collect()
+            self._freezing = True
+            try:
+                gc.collect()
+            finally:
+                self._freezing = False
             self.full_collection_s = time.perf_counter() - start
             gc.freeze()
             self.frozen_objects = gc.get_freeze_count()
