@@ -339,14 +339,18 @@ def push(url: str, cache_path: str | None = None) -> list[dict]:
     import tempfile
 
     folder = pending_folder(url, cache_path)
-    with tempfile.TemporaryDirectory(prefix="rocm_zoo-push-") as tmp:
+    # A leftover temporary folder is harmless; a push that stored its labels and then failed on it would not be.
+    with tempfile.TemporaryDirectory(prefix="rocm_zoo-push-", ignore_cleanup_errors=True) as tmp:
         store = _open(url, lambda model: {}, tmp, 1 << 30)
         try:
             return store.push_pending(folder)
         finally:
+            # MONAI Label's datastore watches its folder and rewrites its index on every change, from the watcher's
+            # thread: stopped and joined, it no longer writes into the folder while it is removed.
             observer = getattr(store, "_observer", None)
             if observer is not None:
                 observer.stop()
+                observer.join(timeout=10)
 
 
 def from_url(url: str, labels_of: LabelsOf, cache_gb: float = 8.0) -> SegDicomWebDatastore:
