@@ -208,3 +208,92 @@ def test_a_click_on_a_high_priority_gpu_stream_does_not_wait_in_the_queue(monkey
         queue.release(study.priority)
     queued["thread"].join(2)
     assert "at" in queued
+
+
+class _KernelsDone:
+    """Stands in for the CUDA event after a click's kernels: `synchronize` returns once `done` is set."""
+
+    def __init__(self, done: threading.Event):
+        self.done = done
+        self.waited = False
+
+    def synchronize(self):
+        self.waited = True
+        assert self.done.wait(5)
+
+    def query(self):
+        return self.done.is_set()
+
+
+def _click_held_open(device: str) -> tuple[threading.Event, threading.Thread]:
+    """A click that runs unqueued on `device`'s high-priority stream until the returned event is set."""
+    release = threading.Event()
+    inside = threading.Event()
+
+    def click():
+        with working_as(Work(Priority.INTERACTIVE, "click")), device_turn(device):
+            inside.set()
+            release.wait(5)
+
+    thread = threading.Thread(target=click, daemon=True)
+    thread.start()
+    assert inside.wait(2)
+    return release, thread
+
+
+def test_no_lower_turn_starts_on_a_gpu_while_a_click_runs_beside_it_or_its_kernels_are_queued(monkeypatch):
+    # Stream priority orders only the blocks waiting to start: a study's window batch started beside a click takes its
+    # share of the GPU until it ends. So a study's next turn waits for the click's turn and then for its kernels.
+    kernels_done = threading.Event()
+    events: list[_KernelsDone] = []
+
+    def event_after_the_clicks_kernels(device):
+        events.append(_KernelsDone(kernels_done))
+        return events[-1]
+
+    monkeypatch.setattr(scheduler.streams, "on_interactive_stream", lambda device: True)
+    monkeypatch.setattr(scheduler, "_click_kernels_done", event_after_the_clicks_kernels)
+    monkeypatch.setattr(scheduler, "_hand_over", lambda device, queue, priority: None)
+    release, click = _click_held_open("cuda:5")
+    study = _turn_taken_at(Work(Priority.AUTOMATIC, "study"), "cuda:5")
+    study["thread"].join(0.3)
+    assert "at" not in study, "a study's turn started while a click ran"
+    release.set()
+    click.join(2)
+    study["thread"].join(0.3)
+    assert "at" not in study and events and events[0].waited, "a study's turn started before the click's kernels ended"
+    kernels_done.set()
+    study["thread"].join(2)
+    assert "at" in study
+
+
+def test_lower_turns_wait_for_clicks_only_so_long_and_stop_when_cancelled(monkeypatch):
+    monkeypatch.setattr(scheduler.streams, "on_interactive_stream", lambda device: True)
+    monkeypatch.setattr(scheduler, "_click_kernels_done", lambda device: None)
+    monkeypatch.setattr(scheduler, "_hand_over", lambda device, queue, priority: None)
+    monkeypatch.setattr(scheduler, "CLICK_GATE_MAX_S", 0.3)
+    release, click = _click_held_open("cuda:4")  # clicks one after another, never a pause
+    try:
+        start = time.monotonic()
+        batch = _turn_taken_at(Work(Priority.BATCH, "batch"), "cuda:4")
+        batch["thread"].join(3)
+        assert "at" in batch and 0.25 <= batch["at"] - start < 2.0, "lower work starved, or did not wait at all"
+        monkeypatch.setattr(scheduler, "CLICK_GATE_MAX_S", 30)
+        cancelled = Work(Priority.AUTOMATIC, "gone")
+        errors = []
+
+        def run():
+            try:
+                with working_as(cancelled), device_turn("cuda:4"):
+                    pass
+            except WorkCancelled as e:
+                errors.append(e)
+
+        waiting = threading.Thread(target=run, daemon=True)
+        waiting.start()
+        cancelled.cancelled.set()
+        waiting.join(2)
+        assert errors, "a cancelled work kept waiting for clicks"
+    finally:
+        release.set()
+        click.join(2)

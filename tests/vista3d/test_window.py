@@ -4,11 +4,14 @@ routed to them, and a predictor's forwards keep the allocator's cache."""
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 from monai.apps.vista3d import inferer as monai_inferer
 
+from rocm_zoo.engine import scheduler
+from rocm_zoo.engine.scheduler import Priority, Work, working_as
 from rocm_zoo.vista3d import predictor as vista_predictor
 from rocm_zoo.vista3d import reroutes
 from rocm_zoo.vista3d import window as vista_window
@@ -109,3 +112,34 @@ def test_predictor_forwards_keep_the_allocator_cache(monkeypatch):
     assert not emptied
     torch.cuda.empty_cache()
     assert emptied == [1], "restored after nested use"
+
+
+class _TurnCountingNetwork:
+    """A network that records, per forward, whether its thread held a turn on its device."""
+
+    backend = SimpleNamespace(device="cpu")
+
+    def __init__(self):
+        self.eager = torch.nn.Identity()  # what the predictor keys its embedding cache by
+        self.in_turn: list[bool] = []
+
+    def after_swap(self, hook) -> None:
+        pass
+
+    def __call__(self, x, *args, **kwargs):
+        self.in_turn.append("cpu" in scheduler._held.__dict__.get("devices", set()))
+        return window_dependent(x, *args, **kwargs)
+
+
+def test_a_clicks_windows_run_in_one_device_turn():
+    # Lower work must not slip in between a click's windows (engine.scheduler): all its windows, one turn.
+    net = _TurnCountingNetwork()
+    queue = scheduler.device_queue("cpu")
+    before = queue.served[Priority.INTERACTIVE]
+    with working_as(Work(Priority.INTERACTIVE, "click")):
+        vista_window.point_based_window_inferer(torch.rand(1, 1, 40, 30, 24), ROI,
+                                                vista_predictor.VistaPredictor(net, class_bucket=8),
+                                                point_coords=torch.tensor([[[20.0, 15.0, 12.0]]]),
+                                                point_labels=torch.tensor([[1]]), center_only=False)
+    assert len(net.in_turn) > 1 and all(net.in_turn)
+    assert queue.served[Priority.INTERACTIVE] == before + 1

@@ -206,7 +206,7 @@ class VistaPredictor:
 
     def __getattr__(self, name: str) -> Any:
         # Bundle inferers look at the network they are given (`point_head.last_supported`).
-        if name.startswith("__") or name in ("network", "class_bucket", "image_key", "embeddings"):
+        if name.startswith("__") or name in ("network", "class_bucket", "image_key", "embeddings", "turn"):
             raise AttributeError(name)
         return getattr(self.network, name)
 
@@ -219,6 +219,10 @@ class VistaPredictor:
         if point_coords is not None and patch_coords is not None and self.image_key:
             return self._with_cached_window(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
         return self.network(x, *args, class_vector=class_vector, point_coords=point_coords, **kwargs)
+
+    def turn(self):
+        """One turn on the device for several runs (a click's windows): the runs inside take no turns of their own."""
+        return device_turn(self.network.backend.device)
 
     def _padded_classes(self, x, *args, class_vector: torch.Tensor, **kwargs) -> torch.Tensor:
         n = len(class_vector)

@@ -13,12 +13,15 @@ by `rocm_zoo.vista3d.install`) points that name, in the inferer's own module, he
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Sequence
 
 import torch
 from monai.apps.vista3d import inferer as monai_inferer
 from monai.apps.vista3d.inferer import _get_window_idx, _pad_previous_mask
 from monai.data import MetaTensor
+
+from rocm_zoo.vista3d.predictor import VistaPredictor
 
 
 def point_based_window_inferer(inputs: torch.Tensor, roi_size: Sequence[int], predictor: Any,
@@ -35,25 +38,26 @@ def point_based_window_inferer(inputs: torch.Tensor, roi_size: Sequence[int], pr
     point_coords = point_coords + torch.tensor([pad[-2], pad[-4], pad[-6]], device=point_coords.device)
     if prev_mask is not None:
         prev_mask = _pad_previous_mask(prev_mask, roi_size)[0]
-    stitched: torch.Tensor | None = None
-    covered: torch.Tensor | None = None
+    windows = []
     for p in point_coords[0][point_start:].tolist():
         xs, ys, zs = (_get_window_idx(p[axis], roi_size[axis], image.shape[-3 + axis], center_only=center_only,
                                       margin=margin) for axis in range(3))
-        for lx, rx in zip(*xs):
-            for ly, ry in zip(*ys):
-                for lz, rz in zip(*zs):
-                    window = (slice(None), slice(None), slice(int(lx), int(rx)), slice(int(ly), int(ry)),
-                              slice(int(lz), int(rz)))
-                    output = predictor(image[window], point_coords=point_coords, point_labels=point_labels,
-                                       class_vector=class_vector, prompt_class=prompt_class, patch_coords=[window],
-                                       prev_mask=prev_mask, **kwargs)
-                    if stitched is None:
-                        shape = [1, output.shape[1], *image.shape[-3:]]
-                        stitched = torch.zeros(shape, device=image.device)
-                        covered = torch.zeros(shape, dtype=torch.bool, device=image.device)
-                    stitched[window] += output.to(image.device)
-                    covered[window] = True
+        windows += [(slice(None), slice(None), slice(int(lx), int(rx)), slice(int(ly), int(ry)),
+                     slice(int(lz), int(rz))) for lx, rx in zip(*xs) for ly, ry in zip(*ys) for lz, rz in zip(*zs)]
+    stitched: torch.Tensor | None = None
+    covered: torch.Tensor | None = None
+    # All of a click's windows in one turn: lower work does not slip in between them (engine.scheduler).
+    with predictor.turn() if isinstance(predictor, VistaPredictor) else nullcontext():
+        for window in windows:
+            output = predictor(image[window], point_coords=point_coords, point_labels=point_labels,
+                               class_vector=class_vector, prompt_class=prompt_class, patch_coords=[window],
+                               prev_mask=prev_mask, **kwargs)
+            if stitched is None:
+                shape = [1, output.shape[1], *image.shape[-3:]]
+                stitched = torch.zeros(shape, device=image.device)
+                covered = torch.zeros(shape, dtype=torch.bool, device=image.device)
+            stitched[window] += output.to(image.device)
+            covered[window] = True
     if stitched is None:
         raise ValueError("Input configuration resulted in no prediction windows being selected.")
     # MONAI divides by its 0/1 coverage: the sum where a window ran, 0 / 0 = NaN where none did.
