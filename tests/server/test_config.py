@@ -76,10 +76,10 @@ def test_from_conf_defaults():
 def test_from_conf_reads_every_key():
     cfg = AppConfig.from_conf(
         {"models": "spleen_deepedit", "device": "cuda:1", "warmup": "off", "image_cache_gb": "0.5",
-         "interactive_stream": "false", "click_gate": "false", "gc_freeze": "false"}
+         "interactive_stream": "false", "gc_freeze": "false"}
     )
     assert cfg == AppConfig(models=("spleen_deepedit",), device="cuda:1", warmup=False, image_cache_gb=0.5,
-                            interactive_stream=False, click_gate=False, gc_freeze=False)
+                            interactive_stream=False, gc_freeze=False)
 
 
 def test_from_conf_unknown_key_suggests_the_near_miss():

@@ -4,17 +4,12 @@ Work comes in four classes, served in this order: interactive clicks > automatic
 over the datastore > background work (warm-up, compiles, training). Within a class, clients take turns (round robin),
 so one busy client cannot starve another; within a client, first come first served.
 
-A turn is one network run: a click's forward, or one window batch of a sliding window. Long work therefore yields
-between window batches, and a click waits for at most about one window batch. On a GPU, kernels are queued ahead of
-the host; a turn of lower-priority work hands over only once its kernels have run, and such work never queues more
-than one turn ahead, so the click's kernels do not land behind a queue of someone else's. On a GPU whose clicks run on
-high-priority streams (`engine.streams`, the default), a click's turn does not queue at all: the GPU itself runs its
-kernels ahead of the other streams' and beside another click's. Stream priority only orders the blocks waiting to
-start, though: a window batch of a study already on the GPU keeps its share until it ends. So while a click's turn
-runs, and until its kernels are done, no lower-priority turn starts (`_ClickGate`): a click shares the GPU with at
-most the one turn that was in flight when it came, and a VISTA3D click of several windows takes them all in one turn.
-Lower work waits at most `CLICK_GATE_MAX_S` per turn, so it still moves while clicks follow each other closely. Off with
-`--conf click_gate false` (the comparison in docs/benchmarks.md).
+A turn is one network run: a click's forward (all of a VISTA3D click's windows), or one window batch of a sliding
+window. Long work therefore yields between window batches, and a click waits for at most about one window batch. On a
+GPU, kernels are queued ahead of the host; a turn of lower-priority work hands over only once its kernels have run,
+and such work never queues more than one turn ahead, so the click's kernels do not land behind a queue of someone
+else's. On a GPU whose clicks run on high-priority streams (`engine.streams`, the default), a click's turn does not
+queue at all: the GPU itself runs its kernels ahead of the other streams' and beside another click's.
 
 Batch and background work go further: while any request is in progress (`request_in_progress`, from admission to
 answer, between its turns too), they take no turn at all. A request has host and device work between its turns
@@ -34,7 +29,7 @@ import itertools
 import threading
 import time
 from collections import OrderedDict, deque
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -45,8 +40,6 @@ from rocm_zoo.errors import DeadlineExceeded, QueueFull, WorkCancelled
 POLL_S = 0.05
 # The longest batch or background work waits for requests in progress before it takes one turn anyway.
 STEP_ASIDE_MAX_S = 5.0
-# The longest a lower-priority turn on a GPU waits for clicks running beside it on their high-priority streams.
-CLICK_GATE_MAX_S = 0.5
 
 
 class Priority(enum.IntEnum):
@@ -294,68 +287,11 @@ waiting_for_lower_work = _requests.waiting_for_lower_work
 requests_in_progress = _requests.count
 
 
-# -- clicks running unqueued on a GPU ---------------------------------------------------------------------------------
-class _ClickGate:
-    """The clicks running on a GPU's high-priority streams (unqueued turns), and the events after their kernels; lower
-    work waits for both before it starts a turn."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._running = 0
-        self._events: list = []  # one per finished click whose kernels may still run
-
-    @contextmanager
-    def click(self, device: str) -> Iterator[None]:
-        with self._cond:
-            self._running += 1
-        try:
-            yield
-        finally:
-            event = _click_kernels_done(device)
-            with self._cond:
-                self._running -= 1
-                # only clicks' kernels still queued: with no lower work waiting, finished ones are not kept
-                self._events = [e for e in self._events if not e.query()] + ([event] if event is not None else [])
-                self._cond.notify_all()
-
-    def wait(self, work: Work, max_s: float) -> None:
-        """Until no click runs and the finished clicks' kernels are done (at most `max_s`), checking `work`'s deadline
-        and cancellation."""
-        end = time.monotonic() + max_s
-        while True:
-            with self._cond:
-                while self._running > 0 and time.monotonic() < end:
-                    self._cond.wait(POLL_S)
-                    work.check()
-                events, self._events = self._events, []
-            for event in events:
-                event.synchronize()
-            with self._cond:
-                if self._running == 0 or time.monotonic() >= end:
-                    return
-
-
-def _click_kernels_done(device: str):
-    """An event on the click's stream after the kernels it queued in its turn."""
-    import torch
-
-    event = torch.cuda.Event()
-    event.record(torch.cuda.current_stream(device))
-    return event
-
-
 # -- turns on a device -------------------------------------------------------------------------------------------------
 _queues: dict[str, FairQueue] = {}
 _queues_guard = threading.Lock()
 _held = threading.local()  # the devices whose turn this thread holds (a run inside a run is the same turn)
 _last_low_turn: dict[str, object] = {}  # per GPU: the event recorded after the last lower-priority turn
-_click_gates: dict[str, _ClickGate] = {}
-_click_gate_on = True
-
-
-def set_click_gate(enabled: bool) -> None:
-    global _click_gate_on
-    _click_gate_on = enabled
 
 
 def devices_info() -> dict[str, dict]:
@@ -369,11 +305,6 @@ def device_queue(device: str) -> FairQueue:
         if device not in _queues:
             _queues[device] = FairQueue(f"device {device}", slots=1)
         return _queues[device]
-
-
-def click_gate(device: str) -> _ClickGate:
-    with _queues_guard:
-        return _click_gates.setdefault(device, _ClickGate())
 
 
 @contextmanager
@@ -395,16 +326,13 @@ def device_turn(device: str) -> Iterator[None]:
     else:
         if work.priority >= Priority.BATCH:
             _requests.step_aside(work, STEP_ASIDE_MAX_S)
-        if yields and _click_gate_on:
-            click_gate(device).wait(work, CLICK_GATE_MAX_S)
         if yields:
             _wait_for_previous_turn(device)  # outside the turn: queue at most one turn of kernels ahead
         queue.acquire(work)
     held.add(device)
     start = time.monotonic()
     try:
-        with click_gate(device).click(device) if unqueued and _click_gate_on else nullcontext():
-            yield
+        yield
     finally:
         held.discard(device)
         if yields:

@@ -18,7 +18,7 @@ from monailabel.tasks.activelearning.first import First
 from monailabel.tasks.activelearning.random import Random
 
 from rocm_zoo import __version__
-from rocm_zoo.engine import scheduler, streams
+from rocm_zoo.engine import streams
 from rocm_zoo.engine.scheduler import Priority
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
 from rocm_zoo.server import access, auth, batch_routes, http_errors, request_stages, routes, train_routes, uploads
@@ -98,7 +98,6 @@ class MyApp(MONAILabelApp):
             http_errors.install(web)
             conf = self.zoo.config
             streams.set_interactive_stream(conf.interactive_stream)
-            scheduler.set_click_gate(conf.click_gate)
             self.request_service = RequestService(
                 conf.request_timeout_s,
                 running={Priority.INTERACTIVE: INTERACTIVE_AT_ONCE, Priority.AUTOMATIC: AUTOMATIC_AT_ONCE},

@@ -46,7 +46,8 @@ def point_based_window_inferer(inputs: torch.Tensor, roi_size: Sequence[int], pr
                      slice(int(lz), int(rz))) for lx, rx in zip(*xs) for ly, ry in zip(*ys) for lz, rz in zip(*zs)]
     stitched: torch.Tensor | None = None
     covered: torch.Tensor | None = None
-    # All of a click's windows in one turn: lower work does not slip in between them (engine.scheduler).
+    # All of a click's windows in one turn. Where clicks take queued turns (a CPU, or a GPU without interactive streams)
+    # a study's window batch would otherwise take the device between two of them (engine.scheduler).
     with predictor.turn() if isinstance(predictor, VistaPredictor) else nullcontext():
         for window in windows:
             output = predictor(image[window], point_coords=point_coords, point_labels=point_labels,
