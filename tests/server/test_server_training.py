@@ -35,7 +35,9 @@ MODEL, BUNDLE = "spleen_deepedit", "spleen_deepedit_annotation"
 SPLEEN = phantom.ORGAN_LABELS["spleen"]
 LABELLED = [s.name for s in phantom.training_specs(3)]
 HELD_OUT = phantom.test_specs(1)[0]
-EPOCHS = 20
+# The training is not seeded. With 20 epochs the held-out click gained +0.01 to +0.08 Dice over four runs (one below
+# the +0.02 asserted); with 30, +0.13 and +0.18 in two runs (2026-12-05).
+EPOCHS = 30
 START_STEPS = 30  # the shipped bundle's training (the committed sample weights had 1,000)
 SLICER_LABEL_INFO = {"label_info": [{"name": "spleen", "idx": 1}, {"name": "background", "idx": 0}]}
 
