@@ -98,6 +98,7 @@ class MyApp(MONAILabelApp):
             http_errors.install(web)
             conf = self.zoo.config
             streams.set_interactive_stream(conf.interactive_stream)
+            sys.setswitchinterval(conf.switch_interval_ms / 1000)
             self.request_service = RequestService(
                 conf.request_timeout_s,
                 running={Priority.INTERACTIVE: INTERACTIVE_AT_ONCE, Priority.AUTOMATIC: AUTOMATIC_AT_ONCE},

@@ -41,6 +41,8 @@ class AppConfig:
     max_queued_clicks: int = 32  # interactive requests waiting; one more gets 503 with Retry-After
     max_queued_requests: int = 8  # automatic (single-study) requests waiting; one more gets 503 with Retry-After
     interactive_stream: bool = True  # clicks' GPU work on a high-priority stream of their own (engine.streams)
+    switch_interval_ms: float = 5.0  # the interpreter's thread switch interval (sys.setswitchinterval): how long a
+    # thread that gave the GIL up for a torch operation may wait to get it back while another thread runs Python
     gc_freeze: bool = True  # after warm-up, the warm heap out of the garbage collector's reach (server.heap)
     allow_local_paths: bool = False  # requests may name a server file instead of a datastore id (single-user only)
     max_upload_mb: float = 2048.0  # largest request body (image or label upload) in MiB
@@ -74,6 +76,7 @@ class AppConfig:
             max_queued_clicks=_count(conf, "max_queued_clicks", cls.max_queued_clicks),
             max_queued_requests=_count(conf, "max_queued_requests", cls.max_queued_requests),
             interactive_stream=_bool("interactive_stream", conf.get("interactive_stream", "true")),
+            switch_interval_ms=_positive(conf, "switch_interval_ms", cls.switch_interval_ms),
             gc_freeze=_bool("gc_freeze", conf.get("gc_freeze", "true")),
             allow_local_paths=_bool("allow_local_paths", conf.get("allow_local_paths", "false")),
             max_upload_mb=_positive(conf, "max_upload_mb", cls.max_upload_mb),
