@@ -11,8 +11,8 @@ clinician's click) beside:
   python          a thread that only runs Python (no device work): the interpreter's share alone
 and, for each, under several switch intervals (`sys.setswitchinterval`). wholeBody_ct alone gives the baseline of its
 throughput. Per mode: the click's p50/p90/max, its server stages (pre, infer, post), and wholeBody_ct requests/s.
-All of it twice: the point head's transformer as the overlay runs it (eager: about half of the click's operations),
-then compiled (torch.compile, shapes dynamic after the second point count; warmed with 1 and 2 points first).
+All of it twice: the point head's transformer eager (about half of the click's operations), then compiled (as the
+overlay compiles it, shapes dynamic after the second point count; warmed with 1, 2 and 4 points first).
 
   python benchmarks/probe_vista3d_beside.py STUDIES TRUTH_NIFTI OUT_JSON [--seconds 15] [--intervals-ms 5,1,0.25]
 
@@ -119,18 +119,28 @@ def main() -> None:
     points_of = {n: {**click, "points": points[:n], "point_labels": [1] * n} for n in (1, 2)}
     modes = (("click alone", True, False, False), ("wholeBody_ct alone", False, True, False),
              ("click beside wholeBody_ct", True, True, False), ("click beside a Python thread", True, False, True))
-    for transformer in ("eager", "compiled"):
-        if transformer == "compiled":
-            task = app._infers["vista3d"]
-            task.pool.peek(task.network_spec()).eager.point_head.transformer.compile(dynamic=None)
+    task = app._infers["vista3d"]
+    transformer = task.pool.peek(task.network_spec()).eager.point_head.transformer
+    compiled_call = transformer._compiled_call_impl  # nn.Module.compile's; None where the overlay leaves it eager
+    record["overlay_compiles_transformer"] = compiled_call is not None
+    answers: dict[str, list] = {}
+    for variant in ("eager", "compiled"):
+        if variant == "eager":
+            transformer._compiled_call_impl = None
+        else:
+            transformer._compiled_call_impl = compiled_call or torch.compile(transformer._call_impl, dynamic=None)
             started = time.perf_counter()
             for warm in (points_of[1], points_of[2], click):
                 one(app, warm)
-            record["transformer_compile_s"] = round(time.perf_counter() - started, 1)
+            record["transformer_warm_s"] = round(time.perf_counter() - started, 1)
+        answers[variant] = []
+        one(app, click, answers[variant])
+        if variant == "compiled":  # the same click's mask, voxel by voxel (bf16 rounding may move a few)
+            record["voxels_unlike_eager"] = int((answers["compiled"][0] != answers["eager"][0]).sum())
         for interval in intervals:
             sys.setswitchinterval(interval / 1000)
             for mode, clicks_on, wholebody_on, python_on in modes:
-                run = {"mode": mode, "point_transformer": transformer, "switch_interval_ms": interval,
+                run = {"mode": mode, "point_transformer": variant, "switch_interval_ms": interval,
                        **measure(app, click if clicks_on else None, wholebody if wholebody_on else None, python_on,
                                  a.seconds)}
                 record["runs"].append(run)

@@ -76,10 +76,12 @@ def test_from_conf_defaults():
 def test_from_conf_reads_every_key():
     cfg = AppConfig.from_conf(
         {"models": "spleen_deepedit", "device": "cuda:1", "warmup": "off", "image_cache_gb": "0.5",
-         "interactive_stream": "false", "gc_freeze": "false"}
+         "interactive_stream": "false", "gc_freeze": "false", "switch_interval_ms": "0.5"}
     )
     assert cfg == AppConfig(models=("spleen_deepedit",), device="cuda:1", warmup=False, image_cache_gb=0.5,
-                            interactive_stream=False, gc_freeze=False)
+                            interactive_stream=False, gc_freeze=False, switch_interval_ms=0.5)
+    with pytest.raises(ConfigError, match="switch_interval_ms takes a number > 0"):
+        AppConfig.from_conf({"switch_interval_ms": "0"})
 
 
 def test_from_conf_unknown_key_suggests_the_near_miss():
