@@ -11,8 +11,8 @@ clinician's click) beside:
   python          a thread that only runs Python (no device work): the interpreter's share alone
 and, for each, under several switch intervals (`sys.setswitchinterval`). wholeBody_ct alone gives the baseline of its
 throughput. Per mode: the click's p50/p90/max, its server stages (pre, infer, post), and wholeBody_ct requests/s.
-All of it twice: the point head's transformer eager (about half of the click's operations), then compiled (as the
-overlay compiles it, shapes dynamic after the second point count; warmed with 1, 2 and 4 points first).
+All of it twice: the point head's transformer eager (about half of the click's operations), then compiled
+(torch.compile, shapes dynamic after the second point count; warmed with 1, 2 and 4 points first).
 
   python benchmarks/probe_vista3d_beside.py STUDIES TRUTH_NIFTI OUT_JSON [--seconds 15] [--intervals-ms 5,1,0.25]
 
