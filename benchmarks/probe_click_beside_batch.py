@@ -47,6 +47,20 @@ def network(model_dir: Path, bundle: str, shape: tuple[int, ...]):
     return NetworkPool().get(spec, [shape])
 
 
+def run_for(targets, stop: threading.Event, seconds: float) -> float:
+    """Each target in a thread of its own for `seconds`, then `stop` set and every thread joined; the seconds they
+    ran, the last one's unfinished work included."""
+    threads = [threading.Thread(target=target) for target in targets]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - started
+
+
 def measure(mode: str, click_net, window_net, seconds: float, clicks_on: bool, batch_on: bool) -> dict:
     device = click_net.backend.device
     x_click = torch.rand(CLICK_SHAPE, device=device)
@@ -83,16 +97,7 @@ def measure(mode: str, click_net, window_net, seconds: float, clicks_on: bool, b
                 click_ms.append((time.perf_counter() - start) * 1000)
                 time.sleep(0.3)
 
-    threads = ([threading.Thread(target=batch)] if batch_on else []) + \
-              ([threading.Thread(target=clicks)] if clicks_on else [])
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    elapsed = run_for(([batch] if batch_on else []) + ([clicks] if clicks_on else []), stop, seconds)
     record = {"mode": mode, "seconds": round(elapsed, 1)}
     if click_ms:
         record.update(clicks=len(click_ms), click_p50_ms=round(statistics.median(click_ms), 1),

@@ -32,6 +32,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
+from probe_click_beside_batch import run_for
 from profile_vista3d_click import REPO, SPLEEN_TRUTH, VISTA_SPLEEN, one
 from rocm_zoo.bench.load import organ_clicks
 from rocm_zoo.bench.network import versions
@@ -69,17 +70,8 @@ def measure(app, click: dict | None, wholebody: dict | None, python_thread: bool
             for i in range(1000):
                 total += i
 
-    threads = [threading.Thread(target=f) for f, on in
-               ((clicks, click is not None), (wholebody_requests, wholebody is not None), (python_only, python_thread))
-               if on]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    targets = ((clicks, click is not None), (wholebody_requests, wholebody is not None), (python_only, python_thread))
+    elapsed = run_for([f for f, on in targets if on], stop, seconds)
     record: dict = {"seconds": round(elapsed, 1)}
     if click_ms:
         record["click"] = {"clicks": len(click_ms), **summarise(click_ms, (50, 90), unit="ms", digits=1),
