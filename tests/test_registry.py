@@ -113,6 +113,10 @@ def test_warm_volumes_keep_the_grids_the_warm_up_always_used():
         v = make_warm_volume(grid)
         assert v.image.shape == grid.shape and v.image.dtype.name == "int16"
         assert abs(float(v.image[tuple(v.click)]) - ORGAN_HU) < 80  # the click is in the organ (15 HU noise)
+        assert v.clicks(2) == [v.click, [v.click[0] + 1, *v.click[1:]]]
+        edge = make_warm_volume(grid)
+        object.__setattr__(edge, "click", [grid.shape[0] - 1, *v.click[1:]])
+        assert edge.clicks(2)[1][0] == grid.shape[0] - 1  # the voxels beside it stay inside the image
         assert [round(abs(v.affine[i, i]), 2) for i in range(3)] == list(grid.spacing)
     default = make_warm_volume(DEFAULT_GRID).image
     assert (default < -900).mean() > 0.2 and (default > -200).mean() > 0.3  # a body in air (VISTA3D's lies inside it)
@@ -209,7 +213,9 @@ def test_each_task_warms_with_the_registry_requests_as_its_viewer_sends_them(tmp
     assert requests["spleen_deepedit"] == requests["spleen_deepedit_seg"] == [{"spleen": [c], "background": []}]
     spleen = zoo.tasks["vista3d"].labels["spleen"]
     other = next(k for k in zoo.tasks["vista3d"].everything if k != spleen)
+    v2 = [v[0] + 1, *v[1:]]
     assert requests["vista3d"] == [{"points": [v], "point_labels": [1], "label_prompt": [spleen]},
+                                   {"points": [v, v2], "point_labels": [1, 1], "label_prompt": [spleen]},
                                    {"points": [v], "point_labels": [1]},
                                    {"label_prompt": [spleen]},
                                    {"label_prompt": [spleen, other]}]

@@ -34,6 +34,7 @@ class Request:
     kind: str  # one of REQUEST_KINDS
     organ: str = ""  # the organ clicked or prompted, by the bundle's label name
     extra_classes: int = 0  # "classes": more classes after the organ's
+    points: int = 1  # "click", "click_class": how many clicks (the organ's centre, then the voxels beside it)
     warm: bool = True  # run at start-up, so no client request compiles
     bench: bool = True  # timed by `rocm-zoo bench` (network and inferer, no HTTP)
 
@@ -80,6 +81,9 @@ DEFAULT_ENTRIES: tuple[BundleEntry, ...] = (
         # (both encoder branches, class head for one class), a click alone (point branch), one class (label branch),
         # several classes (the class head at the padded size "everything" also uses, at a fraction of its cost).
         (Request("one click in the spleen, class spleen", "click_class", "spleen", bench=False),
+         # a second click count: the point transformer is compiled with dynamic shapes from its second shape on, so
+         # no clinician's later click count compiles
+         Request("two clicks in the spleen, class spleen", "click_class", "spleen", points=2, bench=False),
          Request("one click in the spleen", "click", "spleen", bench=False),
          Request("label_prompt [3] (spleen)", "classes", "spleen"),
          Request("two classes", "classes", "spleen", extra_classes=1, bench=False),

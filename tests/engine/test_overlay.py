@@ -62,6 +62,9 @@ def test_a_missing_config_file_is_named(bundle, tmp_path):
     ({"compile_mode": 3}, "'compile_mode' must be null or a torch.compile mode name, not 3"),
     ({"compile_submodules": "image_encoder"}, "'compile_submodules' must be null or a list of submodule names"),
     ({"compile_submodules": ["image_encoder", ""]}, "'compile_submodules' must be null or a list"),
+    ({"compile_submodules": ["a"], "compile_dynamic": "a"}, "'compile_dynamic' must be a list of submodule names"),
+    ({"compile_submodules": ["a"], "compile_dynamic": ["b"]}, r"'compile_dynamic' names \['b'\], which"),
+    ({"compile_dynamic": ["a"]}, r"'compile_dynamic' names \['a'\], which 'compile_submodules' does not list"),
 ])
 def test_bad_settings_say_what_was_expected(bundle, tmp_path, block, expected):
     overlay = write_json(tmp_path / "bad.json", {SETTINGS_KEY: block})
@@ -73,6 +76,9 @@ def test_settings_read_from_a_block():
     s = OverlaySettings.from_dict({"memory_format": "channels_last_3d", "compile": True, "compile_mode": "max-autotune",
                                    "compile_submodules": ["a", "b.c"], "stitch_dtype": "float16"})
     assert s.compile_submodules == ("a", "b.c") and s.compile_mode == "max-autotune" and s.stitch_dtype == "float16"
+    assert s.compile_dynamic == ()
+    assert OverlaySettings.from_dict({"compile_submodules": ["a", "b.c"], "compile_dynamic": ["b.c"]}).compile_dynamic \
+        == ("b.c",)
 
 
 def net() -> nn.Module:
@@ -102,8 +108,8 @@ def test_prepare_network_channels_last_from_the_raw_block_same_output():
 def test_compile_network_only_when_asked_and_names_a_missing_submodule():
     module = net()
     assert compile_network(module, BASELINE) is module and module._compiled_call_impl is None
-    assert submodules_to_compile(module, BASELINE) == [module]
-    assert submodules_to_compile(module, OverlaySettings(compile_submodules=("1",))) == [module[1]]
+    assert submodules_to_compile(module, BASELINE) == [("", module)]
+    assert submodules_to_compile(module, OverlaySettings(compile_submodules=("1",))) == [("1", module[1])]
     with pytest.raises(ConfigError, match="compile_submodules: .*Sequential"):
         submodules_to_compile(module, OverlaySettings(compile=True, compile_submodules=("image_encoder",)))
 

@@ -124,11 +124,15 @@ def test_bundle_scripts_import_only_from_the_bundle_root(sample, tmp_path):
         inferer = parser.get_parsed_content("inferer")
     assert type(network).__name__ == "VISTA3D" and type(inferer).__name__ == "Vista3dInferer"
     network.load_state_dict(torch.load(sample.bundle / "models" / "model.pt", weights_only=True), strict=True)
-    # the overlay compiles after the bundle's checkpoint load, and only the encoder and the class head
+    # the overlay compiles after the bundle's checkpoint load, and only the encoder, the class head and the point
+    # transformer (whose token count follows the clicks: shapes dynamic)
     assert parser["initialize"] == ["$monai.utils.set_determinism(seed=123)", "$@checkpointloader(@evaluator)",
                                     "$compile_network(@network, @rocm_overlay)"]
     settings = read_settings(parser)
-    assert submodules_to_compile(network, settings) == [network.image_encoder, network.class_head]
+    assert submodules_to_compile(network, settings) == [("image_encoder", network.image_encoder),
+                                                        ("class_head", network.class_head),
+                                                        ("point_head.transformer", network.point_head.transformer)]
+    assert settings.compile_dynamic == ("point_head.transformer",)
     # one call the way the server and the benchmark make it: a volume smaller than the patch is padded
     with torch.no_grad():
         out = inferer(torch.rand(1, 1, 40, 36, 20), network.eval(), class_vector=torch.tensor([[VISTA_SPLEEN]]))

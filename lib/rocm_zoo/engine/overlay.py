@@ -48,6 +48,10 @@ class OverlaySettings:
     # Compile these submodules (attribute paths) instead of the whole network: for networks whose forward has
     # data-dependent control flow around compute-heavy parts (VISTA3D: image encoder and class head).
     compile_submodules: tuple[str, ...] | None = None
+    # Of those, the ones whose input shapes vary from request to request (VISTA3D's point transformer: one token per
+    # click). Compiled with dynamic shapes after the second shape seen, so a new click count reuses the graph instead of
+    # recompiling; the others keep their shapes fixed.
+    compile_dynamic: tuple[str, ...] = ()
     # Let cuDNN (MIOpen on ROCm) time its convolution algorithms for each new shape and keep the fastest. Safe here
     # because the shapes are fixed and warmed; a process-wide switch, so every overlay of a server should agree.
     cudnn_benchmark: bool = False
@@ -69,6 +73,13 @@ class OverlaySettings:
             if isinstance(subs, str) or not all(isinstance(n, str) and n for n in subs):
                 raise ConfigError("'compile_submodules' must be null or a list of submodule names")
             raw["compile_submodules"] = tuple(subs)
+        dynamic = raw.get("compile_dynamic", ())
+        if isinstance(dynamic, str) or not all(isinstance(n, str) and n for n in dynamic):
+            raise ConfigError("'compile_dynamic' must be a list of submodule names")
+        raw["compile_dynamic"] = tuple(dynamic)
+        unknown = set(raw["compile_dynamic"]) - set(raw.get("compile_submodules") or ())
+        if unknown:
+            raise ConfigError(f"'compile_dynamic' names {sorted(unknown)}, which 'compile_submodules' does not list")
         settings = cls(**raw)
         for flag in ("compile", "gemm_transpose", "cudnn_benchmark"):
             if not isinstance(getattr(settings, flag), bool):
@@ -149,16 +160,17 @@ def compile_network(network: nn.Module, settings: OverlaySettings | dict) -> nn.
         settings = OverlaySettings.from_dict(settings)
     if not settings.compile:
         return network
-    for module in submodules_to_compile(network, settings):
-        module.compile(mode=settings.compile_mode, dynamic=False)
+    for name, module in submodules_to_compile(network, settings):
+        module.compile(mode=settings.compile_mode, dynamic=None if name in settings.compile_dynamic else False)
     return network
 
 
-def submodules_to_compile(network: nn.Module, settings: OverlaySettings) -> list[nn.Module]:
+def submodules_to_compile(network: nn.Module, settings: OverlaySettings) -> list[tuple[str, nn.Module]]:
+    """(attribute path, module) of each module to compile; the whole network has the path ""."""
     if settings.compile_submodules is None:
-        return [network]
+        return [("", network)]
     try:
-        return [network.get_submodule(name) for name in settings.compile_submodules]
+        return [(name, network.get_submodule(name)) for name in settings.compile_submodules]
     except AttributeError as e:
         raise ConfigError(f"compile_submodules: {e} (in {type(network).__name__})") from e
 

@@ -39,6 +39,11 @@ class WarmVolume:
     affine: np.ndarray  # voxel -> RAS mm
     click: list[int]  # a voxel inside the organ, as clients send clicks (indices of the stored image)
 
+    def clicks(self, count: int) -> list[list[int]]:
+        """`count` clicks: `click`, then the voxels after it along the first axis (inside the image)."""
+        last = self.image.shape[0] - 1
+        return [[min(self.click[0] + i, last), *self.click[1:]] for i in range(count)]
+
     def write(self, path: Path) -> None:
         """NIfTI, as a datastore holds a study."""
         import nibabel as nib

@@ -73,15 +73,15 @@ class Vista3dTask(OverlayBundleTask):
     def encode(self, request: Request, volume: WarmVolume) -> Optional[Dict[str, Any]]:
         """OHIF (type vista3d) sends `points` / `point_labels` / `label_prompt`; Slicer (type deepgrow) can only click,
         naming the segment in `label`."""
-        click = volume.click
+        clicks = volume.clicks(request.points)
         if self.entry.kind != "vista3d":
             if request.kind != "click":
                 return None
-            return {"label": self.class_names[self.class_id(request.organ)], "foreground": [click], "background": []}
+            return {"label": self.class_names[self.class_id(request.organ)], "foreground": clicks, "background": []}
         if request.kind == "click":
-            return {"points": [click], "point_labels": [1]}
+            return {"points": clicks, "point_labels": [1] * len(clicks)}
         if request.kind == "click_class":
-            return {"points": [click], "point_labels": [1], "label_prompt": [self.class_id(request.organ)]}
+            return {"points": clicks, "point_labels": [1] * len(clicks), "label_prompt": [self.class_id(request.organ)]}
         if request.kind == "classes":
             first = self.class_id(request.organ)
             return {"label_prompt": [first, *[c for c in self.everything if c != first][:request.extra_classes]]}
