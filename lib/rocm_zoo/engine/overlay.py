@@ -46,7 +46,7 @@ class OverlaySettings:
     compile_mode: str | None = None  # torch.compile mode: None (default), "max-autotune", ...
     gemm_transpose: bool = False
     # Compile these submodules (attribute paths) instead of the whole network: for networks whose forward has
-    # data-dependent control flow around compute-heavy parts (VISTA3D: image encoder and class head).
+    # data-dependent control flow around compute-heavy parts (VISTA3D: image encoder, class head, point transformer).
     compile_submodules: tuple[str, ...] | None = None
     # Of those, the ones whose input shapes vary from request to request (VISTA3D's point transformer: one token per
     # click). Compiled with dynamic shapes after the second shape seen, so a new click count reuses the graph instead of
