@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from probe_click_beside_batch import run_for
-from profile_vista3d_click import REPO, SPLEEN_TRUTH, VISTA_SPLEEN, one
+from profile_vista3d_click import SPLEEN_TRUTH, VISTA_SPLEEN, one, point_transformer, warm_app
 from rocm_zoo.bench.load import organ_clicks
 from rocm_zoo.bench.network import versions
 from rocm_zoo.bench.stats import medians, summarise
@@ -94,13 +94,8 @@ def main() -> None:
              "label_prompt": [VISTA_SPLEEN], "client_id": "clinician", **common}
     wholebody = {"model": "wholeBody_ct", "image": WHOLEBODY_IMAGE, "client_id": "automatic", **common}
 
-    sys.path.insert(0, str(REPO / "apps" / "rocm_zoo"))
-    from main import MyApp  # the app's main.py, as MONAI Label loads it
-
     started = time.perf_counter()
-    app = MyApp(str(REPO / "apps" / "rocm_zoo"), a.studies, {"models": "vista3d,wholeBody_ct"})
-    app.on_init_complete()
-    app.zoo.wait_warm()
+    app = warm_app(a.studies, "vista3d,wholeBody_ct")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     record: dict = {"versions": versions(device), "app_ready_s": round(time.perf_counter() - started, 1),
                     "default_switch_interval_ms": sys.getswitchinterval() * 1000, "think_s": THINK_S, "runs": []}
@@ -111,8 +106,7 @@ def main() -> None:
     points_of = {n: {**click, "points": points[:n], "point_labels": [1] * n} for n in (1, 2)}
     modes = (("click alone", True, False, False), ("wholeBody_ct alone", False, True, False),
              ("click beside wholeBody_ct", True, True, False), ("click beside a Python thread", True, False, True))
-    task = app._infers["vista3d"]
-    transformer = task.pool.peek(task.network_spec()).eager.point_head.transformer
+    transformer = point_transformer(app)
     compiled_call = transformer._compiled_call_impl  # nn.Module.compile's; None where the overlay leaves it eager
     record["overlay_compiles_transformer"] = compiled_call is not None
     answers: dict[str, list] = {}

@@ -16,24 +16,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 import torch
 
-from profile_vista3d_click import REPO, SPLEEN_TRUTH, VISTA_SPLEEN, one
+from profile_vista3d_click import SPLEEN_TRUTH, VISTA_SPLEEN, one, point_transformer, warm_app
 from rocm_zoo.bench.load import organ_clicks
 from rocm_zoo.bench.network import versions
+from rocm_zoo.engine.masks import dice
 
 IMAGE = "phantom_spleen10"
 PAIRS = (("compiled", "eager"), ("eager", "eager_fp32"), ("compiled", "eager_fp32"))
 
 
-def dice(a: np.ndarray, b: np.ndarray) -> float:
-    total = int(a.sum() + b.sum())
-    return 1.0 if total == 0 else round(2.0 * int((a & b).sum()) / total, 5)
+def agreement(a: np.ndarray, b: np.ndarray) -> float:
+    """Dice of two masks, 1 when both are empty (here: the same answer, not a miss)."""
+    return 1.0 if not (a.any() or b.any()) else round(dice(a, b), 5)
 
 
 def fp32_forward(transformer: torch.nn.Module):
@@ -65,14 +65,8 @@ def main() -> None:
         "4 points, no class": {"points": points, "point_labels": [1] * 4},
     }
 
-    sys.path.insert(0, str(REPO / "apps" / "rocm_zoo"))
-    from main import MyApp  # the app's main.py, as MONAI Label loads it
-
-    app = MyApp(str(REPO / "apps" / "rocm_zoo"), a.studies, {"models": "vista3d"})
-    app.on_init_complete()
-    app.zoo.wait_warm()
-    task = app._infers["vista3d"]
-    transformer = task.pool.peek(task.network_spec()).eager.point_head.transformer
+    app = warm_app(a.studies, "vista3d")
+    transformer = point_transformer(app)
     compiled_call = transformer._compiled_call_impl
     device = "cuda" if torch.cuda.is_available() else "cpu"
     record: dict = {"versions": versions(device), "overlay_compiles_transformer": compiled_call is not None,
@@ -96,7 +90,7 @@ def main() -> None:
         entry = {"voxels_in_mask": {v: int(of(m).sum()) for v, m in masks.items()}}
         for x, y in PAIRS:
             entry[f"{x} vs {y}"] = {"voxels_unlike": int((masks[x] != masks[y]).sum()),
-                                    "dice": dice(of(masks[x]), of(masks[y]))}
+                                    "dice": agreement(of(masks[x]), of(masks[y]))}
         record["requests"][name] = entry
         print(json.dumps({name: entry}), flush=True)
         a.out.write_text(json.dumps(record, indent=2))

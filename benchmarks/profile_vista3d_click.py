@@ -43,6 +43,24 @@ VISTA_SPLEEN = 3
 SPLEEN_TRUTH = 1
 
 
+def warm_app(studies: str, models: str):
+    """The rocm_zoo app as `monailabel start_server` builds it (the app's main.py), every model warm (compiled in the
+    background, as the server does, and waited for): the first request on it is one on a warm app."""
+    sys.path.insert(0, str(REPO / "apps" / "rocm_zoo"))
+    from main import MyApp
+
+    app = MyApp(str(REPO / "apps" / "rocm_zoo"), studies, {"models": models})
+    app.on_init_complete()
+    app.zoo.wait_warm()
+    return app
+
+
+def point_transformer(app) -> torch.nn.Module:
+    """VISTA3D's point-head transformer in the app's warm network (compiled by the overlay: `_compiled_call_impl`)."""
+    task = app._infers["vista3d"]
+    return task.pool.peek(task.network_spec()).eager.point_head.transformer
+
+
 def sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -184,13 +202,8 @@ def main() -> None:
         "slicer": {"model": "vista3d_slicer", "label": "spleen", "foreground": [click], "background": [], **common},
     }
 
-    sys.path.insert(0, str(REPO / "apps" / "rocm_zoo"))
-    from main import MyApp  # the app's main.py, as MONAI Label loads it
-
     t = time.perf_counter()
-    app = MyApp(str(REPO / "apps" / "rocm_zoo"), a.studies, {"models": "vista3d"})
-    app.on_init_complete()  # warms (compiles) every model in the background, as the server does
-    app.zoo.wait_warm()  # and waits for it: the first click below is one on a warm app
+    app = warm_app(a.studies, "vista3d")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     record = {"versions": versions(device), "clicks": clicks, "app_ready_s": round(time.perf_counter() - t, 1)}
     t = time.perf_counter()
