@@ -1,6 +1,7 @@
-"""A real server for the issue-15 tests (a plain module: test files import it): a copy of the sample studies, its own
-user file, wholeBody_ct only (tiny, CPU; an automatic model warms in the background, so the server answers at once),
-started as `monailabel start_server` on loopback and, unlike the shared fixture, reachable as a process (kill -9)."""
+"""A real server for the security tests (a plain module beside zoo_test_support, so test modules of every folder
+import it): a copy of the sample studies, its own user file, wholeBody_ct only (tiny, CPU; an automatic model warms in
+the background, so the server answers at once), started as `monailabel start_server` on loopback and, unlike the
+shared fixture, reachable as a process (kill -9)."""
 
 from __future__ import annotations
 
