@@ -55,6 +55,24 @@ class VolumeTooLarge(RocmZooError):
     status = 507
 
 
+class UploadTooLarge(RocmZooError):
+    """An upload announces, or inflates to, more than the server accepts (body, archive or volume budget)."""
+
+    status = 413
+
+
+class AlreadyExists(RocmZooError):
+    """The upload would replace something that others depend on (an image with labels); delete it first."""
+
+    status = 409
+
+
+class DiskFull(RocmZooError):
+    """The server's disk (or quota) is full; what was stored before is intact."""
+
+    status = 507
+
+
 class PacsUnavailable(RocmZooError):
     """The DICOMweb PACS did not answer (down, or refusing); the request can be retried once it is back."""
 
