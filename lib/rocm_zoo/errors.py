@@ -79,6 +79,12 @@ class PacsUnavailable(RocmZooError):
     status = 503
 
 
+class PacsTimeout(RocmZooError):
+    """The DICOMweb PACS took a connection or a request and did not answer in time (`--conf pacs_*_timeout_s`)."""
+
+    status = 504
+
+
 class QueueFull(RocmZooError):
     """The queue of this class of work is full; the client should try again after `retry_after_s`."""
 

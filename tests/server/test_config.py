@@ -192,6 +192,18 @@ def test_value_errors_are_still_value_errors():
 
 
 # --- Ray batch engine -----------------------------------------------------------------------------------------------
+def test_pacs_timeouts_are_read_and_checked():
+    cfg = AppConfig.from_conf({})
+    assert (cfg.pacs_connect_timeout_s, cfg.pacs_read_timeout_s) == (5.0, 60.0)
+    cfg = AppConfig.from_conf({"pacs_connect_timeout_s": "0.5", "pacs_read_timeout_s": "2"})
+    assert (cfg.pacs_connect_timeout_s, cfg.pacs_read_timeout_s) == (0.5, 2.0)
+    for bad in ("0", "-1", "inf", "soon"):
+        with pytest.raises(ConfigError, match="pacs_read_timeout_s"):
+            AppConfig.from_conf({"pacs_read_timeout_s": bad})
+    with pytest.raises(ConfigError, match="Did you mean 'pacs_read_timeout_s'"):
+        AppConfig.from_conf({"pacs_read_timeout": "2"})
+
+
 def test_ray_batch_conf_is_checked():
     conf = AppConfig.from_conf({"batch_engine": "ray", "ray_address": "10.0.0.1:6379", "ray_workers": "2"})
     assert (conf.batch_engine, conf.ray_address, conf.ray_workers) == ("ray", "10.0.0.1:6379", 2)

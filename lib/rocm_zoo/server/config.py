@@ -34,6 +34,8 @@ class AppConfig:
     warmup: bool = True  # compile and warm at start-up; off only for debugging
     image_cache_gb: float = 4.0  # preprocessed images kept on the device between clicks
     dicom_cache_gb: float = 8.0  # DICOMweb series kept on disk, downloaded and converted, between requests
+    pacs_connect_timeout_s: float = 5.0  # every call to the DICOMweb PACS (datastore and /proxy/dicom): connecting
+    pacs_read_timeout_s: float = 60.0  # ... and waiting for each answer (never past the request's own deadline)
     batch_engine: str = "inprocess"  # /batch/infer: "inprocess" (the server's warm models) or "ray" (Ray workers)
     ray_address: str = ""  # with batch_engine ray: a Ray cluster to join ("" starts a local one on 127.0.0.1)
     ray_workers: int = 0  # with batch_engine ray: workers (0: one per GPU of the cluster, or one on a CPU machine)
@@ -69,6 +71,8 @@ class AppConfig:
             warmup=_bool("warmup", conf.get("warmup", "true")),
             image_cache_gb=_gigabytes(conf, "image_cache_gb", cls.image_cache_gb),
             dicom_cache_gb=_gigabytes(conf, "dicom_cache_gb", cls.dicom_cache_gb),
+            pacs_connect_timeout_s=_positive(conf, "pacs_connect_timeout_s", cls.pacs_connect_timeout_s),
+            pacs_read_timeout_s=_positive(conf, "pacs_read_timeout_s", cls.pacs_read_timeout_s),
             batch_engine=_choice(conf, "batch_engine", BATCH_ENGINES, cls.batch_engine),
             ray_address=conf.get("ray_address", cls.ray_address),
             ray_workers=_count(conf, "ray_workers", cls.ray_workers),
