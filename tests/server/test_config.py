@@ -204,6 +204,18 @@ def test_pacs_timeouts_are_read_and_checked():
         AppConfig.from_conf({"pacs_read_timeout": "2"})
 
 
+def test_volume_budget_keys_default_to_a_1024x1024x2000_ct_and_are_checked():
+    cfg = AppConfig.from_conf({})
+    assert cfg.max_volume_voxels >= 1024 * 1024 * 2000 and cfg.max_volume_gb * 1e9 >= 1024 * 1024 * 2000 * 4
+    cfg = AppConfig.from_conf({"max_volume_voxels": "2e8", "max_volume_gb": "0.5"})
+    assert (cfg.max_volume_voxels, cfg.max_volume_gb) == (200_000_000, 0.5)
+    for bad in ("0", "-1", "inf", "big"):
+        with pytest.raises(ConfigError, match="max_volume_voxels"):
+            AppConfig.from_conf({"max_volume_voxels": bad})
+    with pytest.raises(ConfigError, match="Did you mean 'max_volume_gb'"):
+        AppConfig.from_conf({"max_volume_gib": "2"})
+
+
 def test_ray_batch_conf_is_checked():
     conf = AppConfig.from_conf({"batch_engine": "ray", "ray_address": "10.0.0.1:6379", "ray_workers": "2"})
     assert (conf.batch_engine, conf.ray_address, conf.ray_workers) == ("ray", "10.0.0.1:6379", 2)

@@ -48,6 +48,10 @@ class AppConfig:
     gc_freeze: bool = True  # after warm-up, the warm heap out of the garbage collector's reach (server.heap)
     allow_local_paths: bool = False  # requests may name a server file instead of a datastore id (single-user only)
     max_upload_mb: float = 2048.0  # largest request body (image or label upload) in MiB
+    # The largest volume read from a client (image, label, session, DICOM series), judged from its header before
+    # anything is inflated: a 1024x1024x2000 CT (2.1e9 voxels, 8.4 GB as float32) with 5 % to spare.
+    max_volume_voxels: int = 2_200_000_000
+    max_volume_gb: float = 8.8  # its voxel data at the file's own type, in GB (1e9 bytes)
     auth: str = "auto"  # auto (on beyond loopback), on, off; Keycloak (MONAI_LABEL_AUTH_ENABLE) wins when set
     users_file: str = ""  # local users (rocm-zoo users); "" is <app>/users.json
     token_hours: float = 12.0  # lifetime of a login token
@@ -84,6 +88,8 @@ class AppConfig:
             gc_freeze=_bool("gc_freeze", conf.get("gc_freeze", "true")),
             allow_local_paths=_bool("allow_local_paths", conf.get("allow_local_paths", "false")),
             max_upload_mb=_positive(conf, "max_upload_mb", cls.max_upload_mb),
+            max_volume_voxels=int(_positive(conf, "max_volume_voxels", cls.max_volume_voxels)),
+            max_volume_gb=_positive(conf, "max_volume_gb", cls.max_volume_gb),
             auth=_choice(conf, "auth", AUTH_MODES, cls.auth),
             users_file=conf.get("users_file", cls.users_file),
             token_hours=_positive(conf, "token_hours", cls.token_hours),
