@@ -1,6 +1,10 @@
 """Issue 15 on a real server on loopback, log-in off (the default there): `--conf allow_local_paths true` lets a
 single-user workstation name a server file; and a `kill -9` in the middle of label saves and a batch leaves every
-label whole or absent and the datastore consistent, and the next start finishes the batch."""
+label whole or absent and the datastore consistent, and the next start finishes the batch.
+
+The kill provably lands mid-write: the server runs with the atomic writer's test hook (`ROCM_ZOO_TEST_PAUSE_WRITE`,
+engine/atomic_files.py), which holds a label save after its temporary file is written and before the rename; the test
+waits for the hook's marker, then kills."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import random
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import nibabel as nib
 import numpy as np
@@ -16,6 +21,7 @@ import pytest
 import requests
 
 import secure_server
+from rocm_zoo.engine.atomic_files import TEST_PAUSE_WRITE
 from rocm_zoo.server.datastore import PARTIAL
 
 pytestmark = pytest.mark.slow
@@ -71,7 +77,9 @@ def test_local_paths_allowed_with_the_conf_and_auth_off_on_loopback(sample_env, 
 def test_kill_9_during_saves_and_a_batch(sample_env, studies):
     images = sorted(p.name.split(".")[0] for p in studies.glob("*.nii.gz"))
     log = studies.parent / "server-crash.log"
-    srv = secure_server.start(sample_env, studies, log, {})
+    marker = studies.parent / "paused-write"
+    arm = Path(f"{marker}.arm")
+    srv = secure_server.start(sample_env, studies, log, {}, env={TEST_PAUSE_WRITE: str(marker)})
     stop_saving = threading.Event()
     saved = []
 
@@ -104,29 +112,39 @@ def test_kill_9_during_saves_and_a_batch(sample_env, studies):
             assert time.time() < deadline, "the batch wrote no label in 20 minutes"
             assert srv.proc.poll() is None, log.read_text()[-3000:]
             time.sleep(0.2)
-        # Kill as soon as a save is seen half-way (its temporary file exists), or after 30 s of looking.
-        labels = studies / "labels"
-        look_until = time.time() + 30
-        partial_at_kill = []
-        while not partial_at_kill and time.time() < look_until:
-            partial_at_kill = [p.name for d in labels.iterdir() if d.is_dir() for p in d.iterdir() if PARTIAL in p.name]
+        # The next manual label save stops between its complete temporary file and the rename: kill it there.
+        arm.write_text(str(studies / "labels" / "manual" / "*"))
+        look_until = time.time() + 120
+        while not marker.exists():
+            assert time.time() < look_until, "no label save reached the paused write in 2 minutes"
+            assert srv.proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.05)
+        paused = Path(marker.read_text())
+        assert PARTIAL in paused.name and paused.stat().st_size > 0, paused
+        final = paused.parent / paused.name.split(PARTIAL)[0].lstrip(".")
+        before_kill = final.read_bytes() if final.exists() else None
         srv.proc.kill()  # SIGKILL: no handler runs
         srv.proc.wait()
+        assert paused.exists(), "the kill did not land mid-write: the temporary file is gone"
     finally:
         stop_saving.set()
+        arm.unlink(missing_ok=True)
         secure_server.stop(srv)
     progress_before = len(list(original.glob("*.nii.gz")))
     assert progress_before < len(images), "the batch finished before the kill: the test killed nothing"
     print(f"killed with {progress_before}/{len(images)} batch labels, {len(saved)} manual saves, "
-          f"temporary files at the kill: {partial_at_kill}")
-    # Before any restart: the index is whole JSON and every label in place is whole.
+          f"paused in the write of {paused.name}")
+    # Before any restart: the index is whole JSON, every label in place is whole, and the label killed mid-write is
+    # the one from before that save (or still absent).
     json.loads((studies / "datastore_v2.json").read_text())
     _check_labels_whole(studies)
+    assert (final.read_bytes() if final.exists() else None) == before_kill
 
     # The next start: temporaries gone, index and files agree, and the batch finishes the rest.
     with secure_server.running(sample_env, studies, log, {}) as srv:
         listing = requests.get(f"{srv.url}/datastore/", params={"output": "all"}, timeout=60).json()["objects"]
         assert not [p for p in _label_files(studies) if PARTIAL in p.name]
+        assert not paused.exists(), "the next start left the killed save's temporary file"
         on_disk = {(p.parent.name, p.name.split(".")[0]) for p in _label_files(studies)}
         indexed = {(tag, image) for image, obj in listing.items() for tag in obj.get("labels", {})}
         assert on_disk == indexed, (on_disk ^ indexed)

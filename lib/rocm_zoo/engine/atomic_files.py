@@ -7,15 +7,18 @@ checkpoints (the training package); at the engine's level so that none of them n
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Callable
 
 import torch
 
 PARTIAL = ".partial-"  # temporary files are .<name>.partial-XXXX beside their destination: a crash may leave one
+TEST_PAUSE_WRITE = "ROCM_ZOO_TEST_PAUSE_WRITE"  # test hook only: see _paused_for_test
 
 
 def atomic_copy(src: Path, dest: Path) -> None:
@@ -44,11 +47,32 @@ def atomic_write(dest: Path, write: Callable[[IO[bytes]], object]) -> None:
             write(out)
             out.flush()
             os.fsync(out.fileno())
+        _paused_for_test(dest, tmp)
         os.replace(tmp, dest)
         fsync_folder(folder)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _paused_for_test(dest: Path, tmp: str) -> None:
+    """Test hook, inert unless the environment variable ROCM_ZOO_TEST_PAUSE_WRITE names a marker file: while
+    `<marker>.arm` exists and its text (an fnmatch pattern, empty for any) matches `dest`, a write whose temporary file
+    is complete writes that file's path to the marker and waits there, before the rename, until the arm file is
+    removed. tests/server/test_server_crash.py kills the server at that point, so the kill provably lands mid-write."""
+    marker = os.environ.get(TEST_PAUSE_WRITE)
+    if not marker:
+        return
+    arm = Path(marker + ".arm")
+    try:
+        pattern = arm.read_text().strip()
+    except OSError:
+        return
+    if pattern and not fnmatch.fnmatch(str(dest), pattern):
+        return
+    Path(marker).write_text(tmp)
+    while arm.exists():
+        time.sleep(0.05)
 
 
 def fsync_folder(folder: Path) -> None:

@@ -20,8 +20,10 @@ from monailabel.tasks.activelearning.random import Random
 from rocm_zoo import __version__
 from rocm_zoo.engine import streams
 from rocm_zoo.engine.scheduler import Priority
+from rocm_zoo.engine.volume_check import VolumeBudget, check_volume, set_budget
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
-from rocm_zoo.server import access, auth, batch_routes, http_errors, request_stages, routes, train_routes, uploads
+from rocm_zoo.server import (access, answers, auth, batch_routes, http_errors, request_stages, routes,
+                             train_routes, upload_routes, uploads)
 from rocm_zoo.server.batch import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.server.datastore import CheckedLocalDatastore
 from rocm_zoo.server.request_queue import RequestService
@@ -40,6 +42,7 @@ AUTOMATIC_AT_ONCE = 1
 class MyApp(MONAILabelApp):
     def __init__(self, app_dir, studies, conf):
         self.zoo = Zoo(app_dir, conf)
+        set_budget(VolumeBudget(self.zoo.config.max_volume_voxels, int(self.zoo.config.max_volume_gb * 1e9)))
         super().__init__(
             app_dir=app_dir,
             studies=studies,
@@ -81,9 +84,11 @@ class MyApp(MONAILabelApp):
         if self.studies.startswith(("http://", "https://")):
             # A DICOMweb PACS; labels go back to it as DICOM SEG named after the model's labels.
             from rocm_zoo.dicomweb import store as dicomweb_store
+            from rocm_zoo.dicomweb.pacs_http import PacsTimeouts
 
-            return dicomweb_store.from_url(self.studies, labels_of=self._labels_of,
-                                           cache_gb=self.zoo.config.dicom_cache_gb)
+            conf = self.zoo.config
+            return dicomweb_store.from_url(self.studies, labels_of=self._labels_of, cache_gb=conf.dicom_cache_gb,
+                                           timeouts=PacsTimeouts(conf.pacs_connect_timeout_s, conf.pacs_read_timeout_s))
         return CheckedLocalDatastore(
             self.studies,
             extensions=settings.MONAI_LABEL_DATASTORE_FILE_EXT,
@@ -107,6 +112,7 @@ class MyApp(MONAILabelApp):
             uploads.install_body_limit(web, self.zoo.config.max_upload_mb)
             auth.restrict_cors(web, self.zoo.config.cors_origins)
             auth.install_label_route(web)
+            upload_routes.install(web)  # sessions unpacked safely; dataset zips removed once sent
             # Batch inference in this process, with the warm models (MONAI Label's would start a new process), or on
             # Ray workers with `--conf batch_engine ray`.
             self.batch_runner = BatchRunner(self._batch_engine(), lambda s: select_images(self.datastore(), s),
@@ -115,6 +121,8 @@ class MyApp(MONAILabelApp):
             train_routes.install(web, self.training)
             # Log in beyond loopback (local users or Keycloak); after every route of ours exists, so roles apply.
             self.auth_mode = auth.install(web, self.zoo.config, self.app_dir)
+            # Last, over every route: no JSON answer names a server path (studies files by their names in the folder).
+            answers.install(web, lambda: (self.studies, self.app_dir))
         if self.zoo.config.warmup:
             self.zoo.warm()
         super().on_init_complete()
@@ -157,6 +165,9 @@ class MyApp(MONAILabelApp):
         with request_stages.recording() as stages:  # fetch series, convert, encode SEG, store: timed by the store
             # A datastore id (or a series of the PACS), never a server path unless allow_local_paths.
             access.check_image(image, store, self.zoo.config.allow_local_paths, self._session_dirs())
+            for key in ("image", "label"):  # a file uploaded with the request: header first, within the budget
+                if access.is_upload_temp(str(request.get(key) or "")):
+                    check_volume(request[key], f"uploaded {key}")
             result = super().infer(request, datastore)
         request_stages.report(result, stages, time.perf_counter() - start, model, str(image))
         return result

@@ -7,6 +7,7 @@ No answer names a server path (they are reduced to file names) or carries a stac
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -67,30 +68,58 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     return await http_exception_handler(request, exc)
 
 
-def _raised_in_monailabel_endpoint(exc: BaseException) -> bool:
-    """Whether the error comes from MONAI Label's request handling (its `endpoints/` reading the form or `params`),
-    e.g. a `params` that is JSON but not an object: the request's fault, not the server's."""
+def _raised_at(exc: BaseException) -> str:
+    """The file of the innermost Python frame the error was raised in."""
     tb = exc.__traceback__
-    last = None
+    last = ""
     while tb is not None:
         last = tb.tb_frame.f_code.co_filename
         tb = tb.tb_next
-    return bool(last) and f"monailabel{os.sep}endpoints{os.sep}" in last
+    return last
+
+
+def _raised_in(exc: BaseException, *places: str) -> bool:
+    """Whether the innermost frame is in one of `places` (package folders such as "monailabel/endpoints/", or files)."""
+    where = _raised_at(exc).replace(os.sep, "/")
+    return any(f"/{place}" in where for place in places)
+
+
+def _client_error(exc: Exception) -> tuple[int, str] | None:
+    """The status and reason of an exception that is the request's fault, else None (a server fault: 500). Only
+    errors raised where MONAI Label reads the request count: the same exception type raised deeper (a model, a
+    bundle, our own code) is the server's, and a fuzzer must see it as a 500."""
+    if isinstance(exc, (TypeError, ValueError, AttributeError, KeyError, OverflowError)) and \
+            _raised_in(exc, "monailabel/endpoints/"):  # e.g. `params` that is JSON but not an object
+        return 422, (f"The request's parameters do not have the form this route takes ({type(exc).__name__}: "
+                     f"{str(exc)[:200]})")
+    if isinstance(exc, ValidationError) and _raised_in(exc, "pydantic/"):  # a route's model_validate of the body
+        return 422, f"The request body does not have the form this route takes: {str(exc).splitlines()[0]}"
+    if isinstance(exc, AssertionError) and _raised_in(exc, "monailabel/endpoints/", "monailabel/datastore/"):
+        return 422, str(exc) or "The request cannot be served as given"  # e.g. a dataset zip of an empty datastore
+    if isinstance(exc, shutil.ReadError):  # only unpacking an uploaded archive raises it
+        return 422, f"The upload is not an archive this route can unpack: {exc}"
+    if (isinstance(exc, FileNotFoundError) or (isinstance(exc, RuntimeError) and "is not a file" in str(exc))) and \
+            _raised_in(exc, "monailabel/endpoints/", "monailabel/datastore/", "monailabel/utils/sessions.py",
+                       "starlette/responses.py"):  # a file the request named (an image, a label, a session's)
+        return 404, f"Not found: {exc}"
+    return None
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """ENOSPC or EDQUOT: a write the server could not finish; the atomic writes left what was stored before intact."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    if isinstance(exc, (TypeError, ValueError, AttributeError, KeyError, OverflowError)) and \
-            _raised_in_monailabel_endpoint(exc):
-        return _answer(422, f"The request's parameters do not have the form this route takes ({type(exc).__name__}: "
-                            f"{str(exc)[:200]})")
-    if isinstance(exc, ValidationError):  # a route's own model_validate of the request body
-        return _answer(422, f"The request body does not have the form this route takes: {str(exc).splitlines()[0]}")
-    if isinstance(exc, AssertionError):  # MONAI Label checks requests with assert
-        return _answer(422, str(exc) or "The request cannot be served as given")
-    if isinstance(exc, shutil.ReadError):
-        return _answer(422, f"The upload is not an archive this route can unpack: {exc}")
-    if isinstance(exc, FileNotFoundError) or (isinstance(exc, RuntimeError) and "is not a file" in str(exc)):
-        return _answer(404, f"Not found: {exc}")
+    if _disk_full(exc):
+        logger.error("%s %s -> 507: %s", request.method, request.url.path, exc)
+        return _answer(507, f"The server's disk is full ({os.strerror(exc.errno)}); nothing was stored and what was "
+                            "stored before is intact. Retry once space is freed.")
+    mapped = _client_error(exc)
+    if mapped is not None:
+        logger.warning("%s %s -> %d: %s raised at %s: %s", request.method, request.url.path, mapped[0],
+                       type(exc).__name__, os.path.basename(_raised_at(exc)), redact(str(exc))[:200])
+        return _answer(*mapped)
     logger.error("%s %s -> 500", request.method, request.url.path, exc_info=exc)
     return _answer(500, f"Internal error ({type(exc).__name__}); the server log has the details")
 
