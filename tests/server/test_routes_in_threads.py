@@ -1,5 +1,6 @@
 """MONAI Label's coroutine handlers that only block are served from worker threads once the app is installed: looked
-for where FastAPI keeps them (an included router is one entry of the app, its routes inside it)."""
+for where FastAPI keeps them (an included router is one entry of the app, its routes inside it). Its routes that ran
+models outside the request queues (WSI inference, scoring) and its blocking DICOMweb proxy are gone."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import inspect
 
 from monailabel.app import app
 
-from rocm_zoo.server.routes import TRULY_ASYNC_MODULES, run_blocking_handlers_in_threads
+from rocm_zoo.server.routes import TRULY_ASYNC_MODULES, run_blocking_handlers_in_threads, switch_off
 
 
 def monailabel_coroutines(router, found: list) -> list:
@@ -22,8 +23,29 @@ def monailabel_coroutines(router, found: list) -> list:
     return found
 
 
-def test_only_truly_async_handlers_stay_on_the_event_loop():
+def test_no_monailabel_handler_stays_on_the_event_loop():
     assert len(monailabel_coroutines(app.router, [])) > 20  # MONAI Label's own: info, datastore, train, scoring, ...
+    switch_off(app.router)  # its DICOMweb proxy, the one that awaited I/O, is replaced
     run_blocking_handlers_in_threads(app)
-    left = monailabel_coroutines(app.router, [])
-    assert left and {module for _, module in left} <= set(TRULY_ASYNC_MODULES), left
+    assert monailabel_coroutines(app.router, []) == []
+    assert TRULY_ASYNC_MODULES == ()
+
+
+def _served(router, found: set) -> set:
+    for route in router.routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            _served(included, found)
+        else:
+            found |= {(m, getattr(route, "path", "")) for m in getattr(route, "methods", None) or ()}
+    return found
+
+
+def test_routes_that_ran_models_outside_the_queues_are_switched_off():
+    switch_off(app.router)
+    served = _served(app.router, set())
+    paths = {p for _, p in served}
+    assert not any(p.startswith(("/infer/wsi", "/proxy/")) for p in paths), sorted(paths)
+    assert not any(m == "POST" and p.startswith("/scoring") for m, p in served)
+    assert ("GET", "/scoring/") in served and ("POST", "/infer/{model}") in served
+    assert switch_off(app.router) == []  # nothing left to remove

@@ -10,6 +10,11 @@ once and reused while its instance list in the PACS is unchanged, within a byte 
 do not fetch and convert it again; a series that is not a CT volume is refused from its headers before conversion;
 a PACS that is down or a series deleted mid-session is a clear error (503 after retries / 404), never a stale image.
 
+Every call to the PACS has a connect and a read timeout, never past the deadline of the request it serves
+(`pacs_http`): a PACS that hangs is a 504 with the reason, and the thread, the request's slot and the conversion lock
+are free again. What the PACS lists (`/info/`, `/datastore/`, active learning) is the last listing, refreshed in the
+background (`pacs_listing`), so those routes answer at once whatever the PACS does.
+
 Each stage a request spends here (fetch series, convert, encode SEG, store) is timed into `request_stages`.
 
 No label is lost: a label is checked (readable, integer, the series' grid) and saved in the local cache first
@@ -45,13 +50,15 @@ from monailabel.datastore.utils.dicom import dicom_web_download_series
 from monailabel.interfaces.datastore import DefaultLabelTag
 
 from rocm_zoo.dicomweb import dicom_seg
+from rocm_zoo.dicomweb.pacs_http import PacsTimeouts, bound_session
+from rocm_zoo.dicomweb.pacs_listing import PacsListing
 
 from rocm_zoo.server import request_stages
 from rocm_zoo.server.access import check_name
 from rocm_zoo.engine.atomic_files import atomic_copy, atomic_write_text
 from rocm_zoo.server.datastore import AtomicLocalDatastore
 from rocm_zoo.server.uploads import check_label
-from rocm_zoo.errors import ImageNotFound, InvalidRequest, PacsUnavailable
+from rocm_zoo.errors import ImageNotFound, InvalidRequest, PacsTimeout, PacsUnavailable
 from rocm_zoo.dicomweb.series_cache import SeriesCache, series_signature
 from rocm_zoo.dicomweb.series_check import check_series
 from rocm_zoo.engine.volume_check import first_line
@@ -107,6 +114,31 @@ class SegDicomWebDatastore(AtomicLocalDatastore, DICOMWebDatastore):
         self._labels_of = labels_of
         self.series_cache = SeriesCache(max_cache_bytes, self._remove_local)
         self._convert_lock = threading.Lock()
+        ttl = float(settings.MONAI_LABEL_DICOMWEB_CACHE_EXPIRY)  # MONAI Label's own listing cache lifetime
+        self._series_listing = PacsListing("series", lambda: DICOMWebDatastore.list_images.__wrapped__(self), ttl)
+        self._labeled_listing = PacsListing(
+            "labelled series", lambda: DICOMWebDatastore.get_labeled_images.__wrapped__(self), ttl)
+
+    def list_images(self) -> list[str]:
+        return list(self._series_listing.get())
+
+    def get_labeled_images(self, label_tag: str | None = None, labels: list[str] | None = None) -> list[str]:
+        return list(self._labeled_listing.get())  # MONAI Label's DICOMweb listing ignores both arguments too
+
+    def status(self) -> Dict[str, Any]:
+        """MONAI Label's counts, from the last listings, and how the PACS answered lately; a PACS never listed (down
+        since start-up) gives zero counts and the reason, not an error: `/info/` must answer for viewers to connect."""
+        try:
+            out = super().status()
+        except (PacsTimeout, PacsUnavailable) as e:
+            out = {"total": 0, "completed": 0, "label_tags": {}, "error": first_line(e)}
+        out["pacs"] = {"series": self._series_listing.info(), "labelled": self._labeled_listing.info()}
+        return out
+
+    def start_listing(self) -> None:
+        """Asks the PACS for its listings now, in the background, so the first `/info/` need not wait for them."""
+        self._series_listing.start()
+        self._labeled_listing.start()
 
     def series_dir(self, image_id: str) -> str:
         return os.path.realpath(os.path.join(self._datastore.image_path(), image_id))
@@ -165,6 +197,8 @@ class SegDicomWebDatastore(AtomicLocalDatastore, DICOMWebDatastore):
         for attempt in range(PACS_ATTEMPTS):
             try:
                 return call()
+            except PacsTimeout:  # a PACS that hangs: asking again would only hold the request longer
+                raise
             except (requests.ConnectionError, requests.Timeout) as e:
                 last = e
             except requests.HTTPError as e:
@@ -227,6 +261,7 @@ class SegDicomWebDatastore(AtomicLocalDatastore, DICOMWebDatastore):
                                             f"({first_line(e)}); it was kept on the server (pending). Run "
                                             "`rocm-zoo pacs push` once the PACS is back.") from e
                 self._forget_pending(image_id, label_tag)  # a newer label made it: an older pending one is stale
+                self._labeled_listing.invalidate()
                 obj = self._datastore.objects.get(image_id)
                 if obj is not None and label_tag in obj.labels:
                     obj.labels[label_tag].info.update(stored)
@@ -353,19 +388,24 @@ def push(url: str, cache_path: str | None = None) -> list[dict]:
                 observer.join(timeout=10)
 
 
-def from_url(url: str, labels_of: LabelsOf, cache_gb: float = 8.0) -> SegDicomWebDatastore:
+def from_url(url: str, labels_of: LabelsOf, cache_gb: float = 8.0,
+             timeouts: PacsTimeouts = PacsTimeouts()) -> SegDicomWebDatastore:
     """The datastore for `--studies http(s)://.../dicom-web` (MONAI Label's prefixes, user and cache settings)."""
     cache = (settings.MONAI_LABEL_DICOMWEB_CACHE_PATH or "").strip() or None
-    return _open(url, labels_of, cache, int(cache_gb * (1 << 30)))
+    store = _open(url, labels_of, cache, int(cache_gb * (1 << 30)), timeouts)
+    store.start_listing()
+    return store
 
 
-def _open(url: str, labels_of: LabelsOf, cache: str | None, max_bytes: int) -> SegDicomWebDatastore:
+def _open(url: str, labels_of: LabelsOf, cache: str | None, max_bytes: int,
+          timeouts: PacsTimeouts = PacsTimeouts()) -> SegDicomWebDatastore:
     from dicomweb_client.session_utils import create_session_from_user_pass
 
-    session = None
+    session = requests.Session()
     if settings.MONAI_LABEL_DICOMWEB_USERNAME and settings.MONAI_LABEL_DICOMWEB_PASSWORD:
         session = create_session_from_user_pass(settings.MONAI_LABEL_DICOMWEB_USERNAME,
                                                 settings.MONAI_LABEL_DICOMWEB_PASSWORD)
+    session = bound_session(session, url.rstrip("/"), timeouts)
     client = DICOMwebClientX(url=url.rstrip("/"), session=session, qido_url_prefix=settings.MONAI_LABEL_QIDO_PREFIX,
                              wado_url_prefix=settings.MONAI_LABEL_WADO_PREFIX,
                              stow_url_prefix=settings.MONAI_LABEL_STOW_PREFIX)

@@ -18,12 +18,14 @@ from monailabel.tasks.activelearning.first import First
 from monailabel.tasks.activelearning.random import Random
 
 from rocm_zoo import __version__
+from rocm_zoo.dicomweb.pacs_http import PacsTimeouts
 from rocm_zoo.engine import streams
 from rocm_zoo.engine.scheduler import Priority
 from rocm_zoo.engine.volume_check import VolumeBudget, check_volume, set_budget
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
 from rocm_zoo.server import (access, answers, auth, batch_routes, http_errors, request_stages, routes,
                              train_routes, upload_routes, uploads)
+from rocm_zoo.server import dicom_proxy
 from rocm_zoo.server.batch import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.server.datastore import CheckedLocalDatastore
 from rocm_zoo.server.request_queue import RequestService
@@ -84,7 +86,6 @@ class MyApp(MONAILabelApp):
         if self.studies.startswith(("http://", "https://")):
             # A DICOMweb PACS; labels go back to it as DICOM SEG named after the model's labels.
             from rocm_zoo.dicomweb import store as dicomweb_store
-            from rocm_zoo.dicomweb.pacs_http import PacsTimeouts
 
             conf = self.zoo.config
             return dicomweb_store.from_url(self.studies, labels_of=self._labels_of, cache_gb=conf.dicom_cache_gb,
@@ -109,6 +110,7 @@ class MyApp(MONAILabelApp):
                 running={Priority.INTERACTIVE: INTERACTIVE_AT_ONCE, Priority.AUTOMATIC: AUTOMATIC_AT_ONCE},
                 waiting={Priority.INTERACTIVE: conf.max_queued_clicks, Priority.AUTOMATIC: conf.max_queued_requests})
             routes.install(web, self.request_service, self._task_type, self.zoo.readiness)
+            dicom_proxy.install(web, self.studies, PacsTimeouts(conf.pacs_connect_timeout_s, conf.pacs_read_timeout_s))
             uploads.install_body_limit(web, self.zoo.config.max_upload_mb)
             auth.restrict_cors(web, self.zoo.config.cors_origins)
             auth.install_label_route(web)

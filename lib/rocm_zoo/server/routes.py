@@ -7,7 +7,10 @@ inference on the event loop), so while one request computes nothing else is answ
 - every other MONAI Label handler that is a coroutine but only calls blocking code runs in a worker thread (FastAPI's
   pool) instead, with its parameters, dependencies (auth) and OpenAPI entry unchanged;
 - `/health/live` and `/health/ready` (KServe v2 / Triton style) say whether the process is up and whether every
-  interactive model is warm.
+  interactive model is warm;
+- MONAI Label's routes in `SWITCHED_OFF` are removed (404, and gone from the OpenAPI schema): every route that runs a
+  model goes through `RequestService` (or the batch and training runners, at the scheduler's lower classes), and
+  `/proxy/dicom/*` is `rocm_zoo.server.dicom_proxy`'s.
 Clients (Slicer, OHIF, MONAILabelClient) see the same API.
 """
 
@@ -26,16 +29,30 @@ from monailabel.endpoints.infer import ResultType, run_inference
 from monailabel.endpoints.user.auth import RBAC, User
 
 from rocm_zoo.engine.scheduler import Priority
-from rocm_zoo.errors import InvalidRequest
-from rocm_zoo.server.request_queue import RequestService
+from rocm_zoo.errors import DeadlineExceeded, InvalidRequest
+from rocm_zoo.server.request_queue import ClientGone, RequestService
+from rocm_zoo.server.upload_routes import cleanup_now
 
-# Handlers that really await I/O (the DICOMweb proxy streams from the PACS): they stay on the event loop.
-TRULY_ASYNC_MODULES = ("monailabel.endpoints.proxy",)
+# MONAI Label handlers that really await I/O stay on the event loop: none left (its DICOMweb proxy, which blocked the
+# loop, is replaced).
+TRULY_ASYNC_MODULES: tuple[str, ...] = ()
+ALL_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+# MONAI Label's routes that this server does not serve: (handler module, methods) -> why.
+SWITCHED_OFF = {
+    ("monailabel.endpoints.wsi_infer", ALL_METHODS):
+        "WSI inference: no WSI model is served; it ran any model outside the request queues (no bound, no deadline) "
+        "and told a client which server files exist",
+    ("monailabel.endpoints.scoring", frozenset({"POST"})):
+        "scoring: no scoring method is served; each call started the app again in a subprocess",
+    ("monailabel.endpoints.proxy", ALL_METHODS):
+        "DICOMweb proxy: replaced by rocm_zoo.server.dicom_proxy (timeouts, off the event loop)",
+}
 INTERACTIVE_TYPES = ("deepedit", "deepgrow", "vista3d")
 
 
 def install(web: FastAPI, service: RequestService, task_type: Callable[[str], str],
             readiness: Callable[[], tuple[bool, dict[str, Any]]]) -> None:
+    switch_off(web.router)
     run_blocking_handlers_in_threads(web)
     _put_first(web, lambda: _install_infer(web, service, task_type))
     _put_first(web, lambda: _install_health(web, readiness))
@@ -48,6 +65,34 @@ def _put_first(web: FastAPI, add: Callable[[], None]) -> None:
     ours = web.router.routes[before:]
     del web.router.routes[before:]
     web.router.routes[0:0] = ours
+
+
+def switch_off(router) -> list[str]:
+    """Removes, from `router` and every router included in it, MONAI Label's routes in SWITCHED_OFF (a route keeps the
+    methods not switched off). Returns "METHOD path" of each removed."""
+    removed: list[str] = []
+    kept = []
+    for route in router.routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            removed += switch_off(included)
+            kept.append(route)
+            continue
+        module = getattr(getattr(route, "endpoint", None), "__module__", "")
+        methods = set(getattr(route, "methods", None) or ())
+        off = set().union(*(m for (mod, m) in SWITCHED_OFF if mod == module)) & methods if methods else set()
+        if not off:
+            kept.append(route)
+            continue
+        removed += [f"{m} {route.path}" for m in sorted(off)]
+        if methods - off:
+            route.methods = methods - off
+            kept.append(route)
+    if removed:
+        router.routes[:] = kept
+        if hasattr(router, "_mark_routes_changed"):  # an included router's resolved routes are cached
+            router._mark_routes_changed()
+    return removed
 
 
 def run_blocking_handlers_in_threads(web: FastAPI) -> None:
@@ -86,7 +131,11 @@ def _in_thread(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     FastAPI follows `__wrapped__` and would await it again.)"""
 
     def handler(**kwargs: Any) -> Any:
-        return asyncio.run(endpoint(**kwargs))
+        try:
+            return asyncio.run(endpoint(**kwargs))
+        except BaseException:  # a refused upload: its temporary file was queued for removal after a success only
+            cleanup_now(kwargs.get("background_tasks"))
+            raise
 
     handler.__signature__ = inspect.signature(endpoint)
     handler.__name__ = endpoint.__name__
@@ -132,8 +181,14 @@ def _install_infer(web: FastAPI, service: RequestService, task_type: Callable[[s
             for task in background_tasks.tasks:
                 task.func(*task.args, **task.kwargs)
 
-        return await service.run(request, work, run_inference, background_tasks, model, image, session_id, params,
-                                 file, label, output, on_abandon=remove_files)
+        try:
+            return await service.run(request, work, run_inference, background_tasks, model, image, session_id,
+                                     params, file, label, output, on_abandon=remove_files)
+        except (DeadlineExceeded, ClientGone):
+            raise  # the work may still be running: on_abandon removes its files when it ends
+        except BaseException:
+            cleanup_now(background_tasks)  # refused (e.g. a bad upload): only a success runs background tasks
+            raise
 
 
 def _install_health(web: FastAPI, readiness: Callable[[], tuple[bool, dict[str, Any]]]) -> None:
