@@ -1,5 +1,6 @@
 """Is this downloaded DICOM series a CT volume the models can take? Checked from the headers before any conversion,
-so a single slice, mixed frame sizes or orientations, or gaps between slices are refused with the reason."""
+so a single slice, mixed frame sizes or orientations, gaps between slices, or more voxels than the server's volume
+budget (rows x columns x frames, `--conf max_volume_voxels`) are refused with the reason."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Sequence
 import numpy as np
 from pydicom.dataset import Dataset
 
+from rocm_zoo.engine.volume_check import budget
 from rocm_zoo.errors import InvalidRequest
 
 MIN_SLICES = 2
@@ -26,6 +28,9 @@ def check_series(series_id: str, headers: Sequence[Dataset]) -> tuple[int, int, 
     sizes = {(int(h.Rows), int(h.Columns)) for h in headers}
     if len(sizes) > 1:
         raise InvalidRequest(f"{what}: its images have different sizes {sorted(sizes)}")
+    rows, columns = next(iter(sizes))
+    frames = sum(int(h.get("NumberOfFrames", 1) or 1) for h in headers)
+    budget().check((columns, rows, frames), 4, f"series {series_id}")  # converted and read as float32
     orientations = {tuple(round(float(v), 4) for v in h.ImageOrientationPatient) for h in headers}
     if len(orientations) > 1:
         raise InvalidRequest(f"{what}: its images have {len(orientations)} different orientations")
@@ -37,5 +42,4 @@ def check_series(series_id: str, headers: Sequence[Dataset]) -> tuple[int, int, 
         raise InvalidRequest(f"{what}: two or more images share one slice position")
     if steps.max() - steps.min() > SPACING_TOLERANCE * steps.mean():
         raise InvalidRequest(f"{what}: its slices are not evenly spaced ({steps.min():.3g} to {steps.max():.3g} mm)")
-    rows, columns = next(iter(sizes))
     return columns, rows, len(headers)

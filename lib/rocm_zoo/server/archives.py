@@ -102,11 +102,11 @@ def _extract_zip(archive: Path, target: Path, limits: ArchiveLimits) -> list[Pat
             if info.is_dir():
                 member_path(target, info.filename.rstrip("/") or "/")
                 continue
-            mode = info.external_attr >> 16
-            if mode and not stat.S_ISREG(mode):
+            path = member_path(target, info.filename)
+            kind = stat.S_IFMT(info.external_attr >> 16)  # 0: no Unix type stored (a plain file)
+            if kind and kind != stat.S_IFREG:
                 raise InvalidRequest(f"The archive's member '{info.filename[:120]}' is not a regular file (a link, "
                                      "device or FIFO); nothing was unpacked")
-            path = member_path(target, info.filename)
             with z.open(info) as source:
                 budget.copy(source, path)
             written.append(path)

@@ -6,8 +6,10 @@ file next to its place, flushed to disk and renamed over it, and the index is up
 index is picked up by MONAI Label's reconciliation at the next start; temporary files older than the process are
 removed then, and an index that cannot be read (written by an older, non-atomic server) is set aside and rebuilt from the files.
 
-Labels are checked before they are stored (`uploads.check_label`: readable, integer values, the image's grid), and
-ids and tags must be plain names (they become file names).
+Images and labels are checked before they are stored, header first (`volume_check.check_volume`,
+`uploads.check_label`: within the volume budget, complete, a label of finite whole numbers on its image's grid), and
+ids and tags must be plain names (they become file names). An image id already in the datastore is not replaced
+(409): its labels were drawn on those pixels.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 import time
+import zipfile
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from filelock import FileLock
 from monailabel.config import settings
@@ -25,7 +29,7 @@ from monailabel.datastore.local import DataModel, ImageLabelModel, LocalDatastor
 from monailabel.interfaces.exception import ImageNotFoundException
 
 from rocm_zoo.engine.atomic_files import PARTIAL, atomic_copy, atomic_write_text
-from rocm_zoo.errors import InvalidRequest
+from rocm_zoo.errors import AlreadyExists, InvalidRequest
 from rocm_zoo.engine.volume_check import check_volume
 from rocm_zoo.server.access import check_name
 from rocm_zoo.server.uploads import check_label
@@ -111,16 +115,46 @@ class AtomicLocalDatastore:
 
 class CheckedLocalDatastore(AtomicLocalDatastore, LocalDatastore):
     def add_image(self, image_id: str, image_filename: str, image_info: Dict[str, Any]) -> str:
-        check_volume(image_filename, image_info.get("name") or image_filename)
+        """A new image; an id already in the datastore is refused (409): replacing its pixels would leave its labels
+        drawn on another image (and a new extension would drop them from the index while their files stay)."""
         derived, image_ext = self._to_id(os.path.basename(image_filename))
         image_id = check_name(image_id or derived, "image id")
+        self._refuse_existing(image_id)
+        check_volume(image_filename, "image")
         name = self._filename(image_id, image_ext)
         with FileLock(self._lock_file):
+            self._refuse_existing(image_id)
             atomic_copy(image_filename, os.path.join(self._datastore.image_path(), name))
             image_info = dict(image_info or {}, ts=int(time.time()), name=name)
             self._datastore.objects[image_id] = ImageLabelModel(image=DataModel(info=image_info, ext=image_ext))
             self._update_datastore_file(lock=False)
         return image_id
+
+    def _refuse_existing(self, image_id: str) -> None:
+        if image_id in self._datastore.objects:
+            raise AlreadyExists(f"Image '{image_id}' is already in the datastore; to replace it, delete it first "
+                                "(DELETE /datastore/image, admins), which removes its labels too")
+
+    def get_dataset_archive(self, limit_cases: Optional[int]) -> str:
+        """MONAI Label's zip of the labelled studies (images, labels, metadata.json), in a temporary file that is
+        removed again when writing it fails (a full disk); the route that sends it removes it once sent
+        (server.upload_routes)."""
+        studies = self.datalist()
+        if not studies:
+            raise InvalidRequest("No study has a final label yet: there is no dataset to download")
+        if limit_cases and 1 <= limit_cases < len(studies):
+            studies = studies[:limit_cases]
+        fd, path = tempfile.mkstemp(prefix="dataset-", suffix=".zip")
+        try:
+            with os.fdopen(fd, "wb") as out, zipfile.ZipFile(out, mode="w") as archive:
+                for study in studies:
+                    for key, file in study.items():
+                        archive.write(file, arcname=os.path.join(key, os.path.basename(file)))
+                archive.writestr("metadata.json", self._datastore.model_dump_json(exclude={"base_path"}))
+        except BaseException:
+            os.unlink(path)
+            raise
+        return path
 
     def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: Dict[str, Any]) -> str:
         if image_id not in self._datastore.objects:

@@ -15,13 +15,12 @@ import os
 
 import numpy as np
 
-from rocm_zoo.errors import InvalidRequest, RocmZooError
+from rocm_zoo.engine.volume_check import budget, check_volume, first_line, integral_label_values, read_header
+from rocm_zoo.errors import InvalidRequest, UploadTooLarge
 
 
-class TooLarge(RocmZooError):
+class TooLarge(UploadTooLarge):
     """The request body is over `--conf max_upload_mb`."""
-
-    status = 413
 
 
 class BodyLimit:
@@ -109,44 +108,72 @@ def _header(path: str):
 
 
 def check_label(label_path: str, image_path: str | None, name: str = "label") -> None:
-    """A label that can be stored for its image, or InvalidRequest saying why not."""
+    """A label that can be stored for its image, or InvalidRequest (422) / UploadTooLarge (413) saying why not.
+    Header first: the label's size, pixel type and geometry against the budget and its image's header, then its
+    values streamed through (complete, finite, whole, not negative); never inflated whole."""
+    header = read_header(label_path, name)
+    if header is None:
+        _check_label_other_format(label_path, name)
+    else:
+        shape = header.shape[:3] if len(header.shape) == 3 or header.shape[3:] == (1,) else header.shape
+        if len(shape) != 3:
+            raise InvalidRequest(f"The {name} must be one 3D volume of label values, not of shape {header.shape}")
+        budget().check(header.shape, header.dtype.itemsize, name)
+    _check_geometry(label_path, image_path, name)
+    if header is not None:
+        check_volume(label_path, name, values=integral_label_values(name))
+
+
+def _check_label_other_format(label_path: str, name: str) -> None:
+    """A label ITK reads but this module does not parse (e.g. .mha): its header's size against the budget, then
+    read whole by ITK."""
     import SimpleITK as sitk
 
     try:
+        info = _header(label_path)
+        budget().check(tuple(info.GetSize()), max(1, info.GetNumberOfComponents()) * 8, name)
         label = sitk.ReadImage(str(label_path))
         values = sitk.GetArrayViewFromImage(label)
+    except (InvalidRequest, UploadTooLarge):
+        raise
     except Exception as e:
         raise InvalidRequest(f"The {name} is not a readable volume (NIfTI or NRRD label expected): "
-                             f"{str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__}") from e
+                             f"{first_line(e, 200)}") from e
     if label.GetDimension() != 3 or label.GetNumberOfComponentsPerPixel() != 1:
         raise InvalidRequest(f"The {name} must be one 3D volume of label values, not {label.GetDimension()}D with "
                              f"{label.GetNumberOfComponentsPerPixel()} components")
-    if values.dtype.kind == "f":
-        if not np.isfinite(values).all() or not np.array_equal(values, np.round(values)):
-            raise InvalidRequest(f"The {name} holds non-integer values: labels are whole numbers (0 background)")
-    elif values.dtype.kind not in "iub":
-        raise InvalidRequest(f"The {name} has pixel type {values.dtype}; labels are whole numbers")
-    if values.size and values.min() < 0:
-        raise InvalidRequest(f"The {name} holds negative values: labels are 0 (background) or more")
+    integral_label_values(name)(values)
+
+
+def _check_geometry(label_path: str, image_path: str | None, name: str) -> None:
+    """The label's header against its image's: same voxel grid (size, spacing, origin, orientation)."""
+    try:
+        label = _header(label_path)
+    except Exception as e:
+        raise InvalidRequest(f"The {name} is not a readable volume (NIfTI or NRRD label expected): "
+                             f"{first_line(e, 200)}") from e
+    if label.GetNumberOfComponents() != 1:
+        raise InvalidRequest(f"The {name} must be one volume of label values, not {label.GetNumberOfComponents()} "
+                             "components")
     if not image_path or os.path.isdir(image_path) or not os.path.isfile(image_path):
         return  # a DICOM folder or no image file: MONAI Label's to judge
     try:
         image = _header(image_path)
     except Exception:
         return  # the image is the datastore's; a format ITK cannot read is not the label's fault
-    size, isize = tuple(label.GetSize()), tuple(image.GetSize()[:3])
+    size, isize = tuple(label.GetSize()[:3]), tuple(image.GetSize()[:3])
     if size != isize:
         raise InvalidRequest(f"The {name} has size {size} but its image has {isize}: a label must lie on its "
                              "image's voxel grid")
-    spacing, ispacing = np.asarray(label.GetSpacing()), np.asarray(image.GetSpacing()[:3])
+    spacing, ispacing = np.asarray(label.GetSpacing()[:3]), np.asarray(image.GetSpacing()[:3])
     if not np.allclose(spacing, ispacing, rtol=1e-3, atol=1e-4):
         raise InvalidRequest(f"The {name} has spacing {tuple(np.round(spacing, 4))} but its image has "
                              f"{tuple(np.round(ispacing, 4))}")
-    origin, iorigin = np.asarray(label.GetOrigin()), np.asarray(image.GetOrigin()[:3])
+    origin, iorigin = np.asarray(label.GetOrigin()[:3]), np.asarray(image.GetOrigin()[:3])
     if not np.allclose(origin, iorigin, atol=max(1e-2, 1e-3 * float(ispacing.max()))):
         raise InvalidRequest(f"The {name}'s origin {tuple(np.round(origin, 3))} is not its image's "
                              f"{tuple(np.round(iorigin, 3))}")
-    direction = np.asarray(label.GetDirection()).reshape(3, 3)
+    direction = np.asarray(label.GetDirection()).reshape(label.GetDimension(), -1)[:3, :3]
     idirection = np.asarray(image.GetDirection()).reshape(image.GetDimension(), -1)[:3, :3]
     if not np.allclose(direction, idirection, atol=1e-3):
         raise InvalidRequest(f"The {name}'s orientation differs from its image's")

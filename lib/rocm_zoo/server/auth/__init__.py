@@ -34,6 +34,7 @@ from starlette.concurrency import run_in_threadpool
 
 from rocm_zoo.server.auth import tokens
 from rocm_zoo.server.auth.users import ROLES, UserFile, monailabel_roles
+from rocm_zoo.server.upload_routes import cleanup_now
 
 logger = logging.getLogger(__name__)
 
@@ -268,8 +269,12 @@ def install_label_route(web: FastAPI) -> None:
                 and not {names["reviewer"], names["admin"]} & set(user.roles):
             raise HTTPException(status_code=status.HTTP_403_FORBIDDEN,
                                 detail="Saving a 'final' label needs the reviewer role; save under another tag")
-        return await run_in_threadpool(ml_datastore.save_label, background_tasks, image, params, tag, label,
-                                       user.username)
+        try:
+            return await run_in_threadpool(ml_datastore.save_label, background_tasks, image, params, tag, label,
+                                           user.username)
+        except BaseException:  # a refused label: MONAI Label removes its temporary file after a success only
+            cleanup_now(background_tasks)
+            raise
 
     _put_first(web, before)
 
