@@ -320,7 +320,7 @@ def _bench_load(args: argparse.Namespace) -> int:
             out_dir=Path(args.out), url=args.url, app=Path(args.app) if args.app else Path.cwd() / APP_DIR,
             studies=studies, truth=truth, device=args.device, conf=dict(args.conf or []), deepedit=args.deepedit,
             vista3d=args.vista3d, automatic=args.automatic, automatic_model=args.automatic_model,
-            automatic_images=args.automatic_image, bad=args.bad, monitor=not args.no_monitor, batch=args.batch or "",
+            automatic_images=args.automatic_image, bad=args.bad, hostile=args.hostile, monitor=not args.no_monitor, batch=args.batch or "",
             images=args.image, think_time_s=args.think_time, duration_s=args.duration,
             baseline_s=args.baseline_duration if args.baseline else 0.0, request_timeout_s=args.request_timeout,
             command=" ".join(["rocm-zoo", *sys.argv[1:]]))
@@ -624,6 +624,9 @@ def parser() -> argparse.ArgumentParser:
                    "cycled (default: the first study)")
     s.add_argument("--bad", type=int, default=0, help="users sending requests the server must refuse: unknown "
                    "model, click outside the image (default 0)")
+    s.add_argument("--hostile", type=int, default=0, help="users sending attacks the server must refuse with a 4xx: "
+                   "a session archive slipping out of its folder, decompression-bomb labels, a server path, MONAI "
+                   "Label's WSI route as a file oracle, a DNS-rebinding Host header (default 0)")
     s.add_argument("--no-monitor", action="store_true", help="no user polling /info/, /health/live, /health/ready")
     s.add_argument("--batch", metavar="MODEL", help="also run one batch of MODEL over the datastore (images=all; "
                    "labels tag 'original'), started with the mix and stopped at its end")

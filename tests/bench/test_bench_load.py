@@ -156,7 +156,7 @@ def test_markdown_and_plot_are_made_from_the_record(tmp_path):
     assert "### mixed: 1 deepedit, 1 bad, 20 s" in md
     row = next(line for line in md.splitlines() if line.startswith("| deepedit click |"))
     assert row.split(" | ")[2:5] == ["20", "59.5", "67.1"]  # requests, p50, p90 of 50..69 ms
-    assert "| bad: unknown model | BadRequester | 5 |" in md and "| RSS | 900 | 919 | 919 | +2.1% |" in md
+    assert "| bad: unknown model | BadRequester | 5 |" in md and "| RSS MiB | 900.0 | 919.0 | 919.0 | +2.1% |" in md
     assert "| deepedit click p90_ms <= 150 | 67.1 | yes |" in md
     assert "| vista3d click p90_ms <= 300 | - | not measured |" in md
     png = load_report.plot(record, tmp_path / "load.png")
@@ -178,12 +178,13 @@ def test_bench_load_starts_a_server_and_loads_it(sample_env, tmp_path):
     models the mix needs (spleen_deepedit: DeepEdit and its automatic twin, one network; the shared server's
     background warm-ups of all five networks take 15+ minutes on 2 shared cores, which bench-load would wait for),
     then one DeepEdit clinician, one automatic requester (spleen_deepedit_seg, one forward: the tiny wholeBody_ct
-    takes 40-60 s a request here), one bad requester and the monitor."""
+    takes 40-60 s a request here), one bad requester, one hostile one and the monitor: every attack is refused with a
+    4xx and leaves nothing in the server's temporary folder."""
     out = tmp_path / "load"
     cmd = [sys.executable, "-m", "rocm_zoo.cli", "bench-load", "--app", str(sample_env.app_dir),
            "--studies", str(sample_env.paths.studies), "--truth", str(sample_env.paths.truth), "--device", "cpu",
            "--deepedit", "1", "--vista3d", "0", "--automatic", "1", "--automatic-model", "spleen_deepedit_seg",
-           "--automatic-image", "phantom_test0", "--bad", "1", "--image", "phantom_test1", "--think-time", "0.5",
+           "--automatic-image", "phantom_test0", "--bad", "1", "--hostile", "1", "--image", "phantom_test1", "--think-time", "0.5",
            "--duration", "15", "--request-timeout", "120", "--out", str(out)]
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(sample_env.root / "inductor"))  # the shared server's cache
     started = time.time()
@@ -204,6 +205,10 @@ def test_bench_load_starts_a_server_and_loads_it(sample_env, tmp_path):
         assert s["throughput_per_s"] > 0
     assert series["bad: unknown model"]["intended_4xx"] == series["bad: unknown model"]["requests"] > 0
     assert series["bad: click outside"]["intended_4xx"] == series["bad: click outside"]["requests"] > 0
+    attacks = {name: s for name, s in series.items() if name.startswith("hostile: ")}
+    assert len(attacks) == 6, attacks.keys()
+    for name, s in attacks.items():
+        assert s["intended_4xx"] == s["requests"] > 0, (name, s)
     assert mixed["error"] == 0 and mixed["overload"] == 0
     for route in ("GET /health/live", "GET /health/ready"):  # 404 until the server has them: not an error
         assert series[route]["ok"] + series[route]["not_available"] == series[route]["requests"] > 0
@@ -214,6 +219,10 @@ def test_bench_load_starts_a_server_and_loads_it(sample_env, tmp_path):
     assert all(started <= s["t"] <= time.time() for s in samples)
     rss = record["resources"]["rss_mb"]
     assert rss and rss["samples"] >= 10 and rss["start"] > 100, record["resources"].get("note")
+    assert record["resources"]["open_files"]["max"] > 0
+    temp = record["resources"]["temp_mb"]
+    assert temp and temp["max"] < 1, temp  # every refused upload is removed: nothing piles up
+    assert not list((out / "server-tmp").iterdir())
     assert "| deepedit click | DeepEditClinician |" in (out / "load.md").read_text()
     assert (out / "load.png").read_bytes()[:4] == b"\x89PNG"
 

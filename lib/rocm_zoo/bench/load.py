@@ -33,7 +33,7 @@ import requests
 from rocm_zoo.bench import load_report, load_stats
 from rocm_zoo.bench.load_plan import LoadBenchError, Mix, Phase, Study, Targets, check_loopback, phases
 from rocm_zoo.bench.server_process import monailabel_server_process, wait_warm
-from rocm_zoo.bench.server_resources import ResourceSampler, growth, listening_pid
+from rocm_zoo.bench.server_resources import RESOURCES, ResourceSampler, growth, listening_pid
 from rocm_zoo.registry import TASKS
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def make_targets(url: str, truth_dir: Path, images: list[str] | None, automatic_
     info = requests.get(f"{url}/info/", timeout=30).json()
     models = info.get("models", {})
     wanted = {"deepedit": "spleen_deepedit", "vista3d": "vista3d", "automatic": automatic_model, "bad": None,
-              "monitor": None, "batch": mix.batch or None}
+              "hostile": automatic_model, "monitor": None, "batch": mix.batch or None}
     for key, model in wanted.items():
         if model and getattr(mix, key) and model not in models:
             raise LoadBenchError(f"the server has no model '{model}' (for --{key}); it serves: {', '.join(models)}")
@@ -95,7 +95,7 @@ def make_targets(url: str, truth_dir: Path, images: list[str] | None, automatic_
     unknown = sorted(set(chosen) - set(listed)) + sorted(set(automatic_images or ()) - set(listed))
     if unknown:
         raise LoadBenchError(f"not in the server's datastore: {', '.join(unknown)}; it has: {', '.join(listed)}")
-    studies = studies_with_clicks(chosen, truth_dir) if (mix.deepedit or mix.vista3d or mix.bad) else []
+    studies = studies_with_clicks(chosen, truth_dir) if (mix.deepedit or mix.vista3d or mix.bad or mix.hostile) else []
     if (mix.deepedit or mix.vista3d) and not studies:
         raise LoadBenchError(f"clinicians click inside the {ORGAN}, found from a truth mask <id>.nii.gz in "
                              f"{truth_dir}; none there for {', '.join(chosen)} (give --truth DIR; `rocm-zoo sample` "
@@ -139,13 +139,14 @@ def run_phase(phase: Phase, out_dir: Path, sampler: ResourceSampler | None) -> t
 
 @contextlib.contextmanager
 def _server(url: str | None, app: Path, studies: Path, models: str, device: str, conf: dict[str, str],
-            out_dir: Path) -> Iterator[tuple[str, int | None, bool]]:
-    """(URL, server pid or None, whether bench-load started it): the given server, or one started here."""
+            out_dir: Path) -> Iterator[tuple[str, int | None, Path | None]]:
+    """(URL, server pid or None, its temporary folder if bench-load started it): the given server, or one started
+    here, with a temporary folder of its own (TMPDIR) so that what requests leave there is seen."""
     if url:
         url = check_loopback(url)
         # A model compiling in the background holds up every request: time the warm server, as a started one.
         wait_warm(url, SERVER_START_S)
-        yield url, listening_pid(url), False
+        yield url, listening_pid(url), None
         return
     from rocm_zoo.server.app_folder import make_app_folder
 
@@ -154,16 +155,19 @@ def _server(url: str | None, app: Path, studies: Path, models: str, device: str,
                              "(`rocm-zoo sample`), or give --url of a running server")
     make_app_folder(app)  # its main.py, if missing (as `rocm-zoo serve` does)
     server_conf = {"device": device, **conf}
+    temp_dir = out_dir / "server-tmp"
+    temp_dir.mkdir(exist_ok=True)
     with monailabel_server_process(app, str(studies), models, out_dir / "server.log", cwd=out_dir,
-                                   timeout_s=SERVER_START_S, env={}, conf=server_conf) as (started, proc):
+                                   timeout_s=SERVER_START_S, env={"TMPDIR": str(temp_dir)},
+                                   conf=server_conf) as (started, proc):
         wait_warm(started, SERVER_START_S)
-        yield started, proc.pid, True
+        yield started, proc.pid, temp_dir
 
 
 def server_models(mix: Mix, automatic_model: str) -> str:
     """The `--conf models` list a server started here needs for the mix."""
     names = ["spleen_deepedit"] * bool(mix.deepedit or mix.bad) + ["vista3d"] * bool(mix.vista3d)
-    names += [automatic_model] * bool(mix.automatic) + [mix.batch] * bool(mix.batch)
+    names += [automatic_model] * bool(mix.automatic or mix.hostile) + [mix.batch] * bool(mix.batch)
     unknown = [n for n in names if n not in TASKS]
     if unknown:
         raise LoadBenchError(f"unknown model {', '.join(unknown)}; known: {', '.join(TASKS)}")
@@ -198,10 +202,11 @@ def run_load_bench(*, out_dir: Path, url: str | None = None, app: Path = Path("a
                    studies: Path = Path("sample-data/studies"), truth: Path = Path("sample-data/truth"),
                    device: str = "auto", conf: dict[str, str] | None = None, deepedit: int = 2, vista3d: int = 1,
                    automatic: int = 1, automatic_model: str = "wholeBody_ct", automatic_images: list[str] | None = None,
-                   bad: int = 0, monitor: bool = True, batch: str = "", images: list[str] | None = None,
+                   bad: int = 0, hostile: int = 0, monitor: bool = True, batch: str = "", images: list[str] | None = None,
                    think_time_s: float = 1.0, duration_s: float = 60.0, baseline_s: float = 0.0,
                    request_timeout_s: float = 300.0, command: str = "") -> dict[str, Any]:
-    mix = Mix(deepedit=deepedit, vista3d=vista3d, automatic=automatic, bad=bad, monitor=int(monitor), batch=batch)
+    mix = Mix(deepedit=deepedit, vista3d=vista3d, automatic=automatic, bad=bad, hostile=hostile,
+              monitor=int(monitor), batch=batch)
     if importlib.util.find_spec("locust") is None:  # looked up, not imported: only the child process imports it
         raise LoadBenchError("Locust is not installed here: pip install 'rocm-zoo[bench]'")
     if url:
@@ -218,14 +223,14 @@ def run_load_bench(*, out_dir: Path, url: str | None = None, app: Path = Path("a
         "samples_file": "samples.jsonl", "phases": {},
     }
     with _server(url, Path(app).resolve(), Path(studies).resolve(), models, device, conf or {}, out_dir) as (
-            base, pid, started):
+            base, pid, temp_dir):
         targets, info = make_targets(base, Path(truth), images, automatic_model, automatic_images, mix, think_time_s,
                                      request_timeout_s)
-        record["server"] = {"url": base, "started_by_bench_load": started, "pid": pid,
+        record["server"] = {"url": base, "started_by_bench_load": temp_dir is not None, "pid": pid,
                             "backend": info.get("rocm_zoo", {}).get("backend"),
                             "warm": info.get("rocm_zoo", {}).get("warm")}
         record["studies"] = [s.id for s in targets.studies]
-        sampler = ResourceSampler(pid).start() if pid else None
+        sampler = ResourceSampler(pid, temp_dir=temp_dir).start() if pid else None
         all_samples: list[dict] = []
         try:
             for phase in phases(mix, targets, duration_s, baseline_s):
@@ -244,7 +249,7 @@ def run_load_bench(*, out_dir: Path, url: str | None = None, app: Path = Path("a
     if len(record["phases"]) > 1:
         record["ratios"] = load_stats.ratios(record["phases"])
     rows = sampler.rows if sampler else []
-    record["resources"] = {"samples": rows, **{k: growth(rows, k) for k in ("rss_mb", "rss_tree_mb", "gpu_mb")}}
+    record["resources"] = {"samples": rows, **{k: growth(rows, k) for k in RESOURCES}}
     if not sampler:
         record["resources"]["note"] = "not sampled: the process serving the URL cannot be seen from here"
     elif sampler.error:

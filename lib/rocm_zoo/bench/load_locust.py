@@ -29,6 +29,7 @@ from locust.env import Environment
 from rocm_zoo.bench.load_plan import USER_CLASSES, Phase, Targets
 
 MAX_CLICKS = 4  # a clinician adds clicks to a segment up to this many, then starts the next segment
+HOSTILE_INFLATED_BYTES = 256 << 20  # what the stream bomb inflates to: well over any phantom's label, ~250 KB sent
 BATCH_POLL_S = 2.0
 
 
@@ -125,6 +126,48 @@ class BadRequester(ZooUser):
                    "bad: click outside", expect="4xx")
 
 
+class HostileRequester(ZooUser):
+    """What an attacker or a broken client sends, in turn; each must be refused with a 4xx and leave nothing behind
+    (`rocm_zoo.bench.hostile` builds the payloads): a session archive whose member climbs out of its folder, a label
+    whose header announces a volume far over the budget, a label with the image's header whose gzip stream goes on
+    inflating, a server path as the image, MONAI Label's WSI route asked about a server file, and a page of another
+    site reaching the server by DNS rebinding (its `Host` header)."""
+
+    def on_start(self) -> None:
+        from rocm_zoo.bench import hostile
+
+        self.turn = itertools.count()
+        study = self.targets.studies[0] if self.targets.studies else None
+        self.image = study.id if study else self.targets.automatic_images[0]
+        shape = study.shape if study else (64, 64, 32)
+        self.payloads = {
+            "slip": hostile.slip_tar(),
+            "header bomb": hostile.bomb_nifti_gz((4096, 4096, 4096), 1 << 20),
+            "stream bomb": hostile.bomb_nifti_gz(tuple(shape), HOSTILE_INFLATED_BYTES),
+        }
+
+    @task
+    def attack(self) -> None:
+        t = self.targets
+        kind = next(self.turn) % 6
+        if kind == 0:
+            self.request_as("PUT", "/session/", "hostile: archive slip", expect="4xx", params={"uncompress": "true"},
+                            files={"files": ("session.tar", self.payloads["slip"])})
+        elif kind in (1, 2):
+            name = "header bomb" if kind == 1 else "stream bomb"
+            self.request_as("PUT", "/datastore/label", f"hostile: label {name}", expect="4xx",
+                            params={"image": self.image, "tag": "hostile"},
+                            files={"label": ("label.nii.gz", self.payloads[name])})
+        elif kind == 3:
+            self.infer(t.automatic_model, "/etc/passwd", {}, "hostile: server path", expect="4xx", output="json")
+        elif kind == 4:
+            self.request_as("POST", "/infer/wsi_v2/x", "hostile: wsi oracle", expect="4xx",
+                            params={"image": "/etc/passwd"})
+        else:
+            self.request_as("GET", "/datastore/", "hostile: rebinding Host", expect="4xx",
+                            headers={"Host": "rebind.example"})
+
+
 class Monitor(ZooUser):
     """Polls /info/ and the health routes, as a load balancer or a dashboard does. A health route that does not exist
     (404) counts as not available, not as an error."""
@@ -156,8 +199,8 @@ class BatchStarter(ZooUser):
             self.request_as("DELETE", "/batch/infer", "batch stop")
 
 
-CLASSES = {c.__name__: c for c in (DeepEditClinician, Vista3dClinician, AutomaticRequester, BadRequester, Monitor,
-                                   BatchStarter)}
+CLASSES = {c.__name__: c for c in (DeepEditClinician, Vista3dClinician, AutomaticRequester, BadRequester,
+                                   HostileRequester, Monitor, BatchStarter)}
 assert set(CLASSES) == set(USER_CLASSES.values())
 
 
@@ -165,7 +208,7 @@ def user_classes(phase: Phase) -> list[type[ZooUser]]:
     """Subclasses of the phase's user classes with its targets, counts and waits."""
     t = phase.targets
     waits = {"DeepEditClinician": t.think_time_s, "Vista3dClinician": t.think_time_s, "BadRequester": t.think_time_s,
-             "Monitor": t.monitor_interval_s, "BatchStarter": BATCH_POLL_S}
+             "HostileRequester": t.think_time_s, "Monitor": t.monitor_interval_s, "BatchStarter": BATCH_POLL_S}
     out = []
     for name, count in phase.mix.counts().items():
         attrs = {"targets": t, "fixed_count": count, "host": t.url}

@@ -25,6 +25,7 @@ USER_CLASSES = {
     "vista3d": "Vista3dClinician",  # OHIF VISTA3D point prompts, think time between clicks
     "automatic": "AutomaticRequester",  # automatic segmentation, back to back
     "bad": "BadRequester",  # requests the server must refuse with a 4xx (counted as intended)
+    "hostile": "HostileRequester",  # attacks (archive slip, bombs, server paths, rebinding): each must be a 4xx
     "monitor": "Monitor",  # /info/ and /health/*, polled
     "batch": "BatchStarter",  # one batch over the datastore at the start, its progress polled
 }
@@ -69,6 +70,7 @@ class Mix:
     vista3d: int = 0
     automatic: int = 0
     bad: int = 0
+    hostile: int = 0
     monitor: int = 0
     batch: str = ""
 

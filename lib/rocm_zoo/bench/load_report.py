@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rocm_zoo.bench.load_stats import OUTCOMES
+from rocm_zoo.bench.server_resources import RESOURCES
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +53,12 @@ def markdown(record: dict) -> str:
         lines.append("")
     res = record.get("resources", {})
     if res.get("rss_mb") or res.get("gpu_mb"):
-        lines += ["### server memory (whole run)", "", "| what | start MiB | end MiB | max MiB | growth |",
-                  "|---|---|---|---|---|"]
-        for key, what in (("rss_mb", "RSS"), ("rss_tree_mb", "RSS with children"), ("gpu_mb", "GPU")):
+        lines += ["### server resources (whole run; start and end: medians of the first and last tenth)", "",
+                  "| what | start | end | max | growth |", "|---|---|---|---|---|"]
+        for key, what in RESOURCES.items():
             g = res.get(key)
             if g:
-                lines.append(f"| {what} | {g['start']:.0f} | {g['end']:.0f} | {g['max']:.0f} | "
+                lines.append(f"| {what} | {g['start']:.1f} | {g['end']:.1f} | {g['max']:.1f} | "
                              f"{_cell(g['growth_pct'], '{:+.1f}%')} |")
         lines.append("")
     elif res.get("note"):

@@ -1,5 +1,5 @@
-"""The server process's memory over time, for load and soak tests: resident set size (RSS) of the process and of its
-children, and the GPU memory the process holds.
+"""The server process's resources over time, for load and soak tests: resident set size (RSS) of the process and of
+its children, the GPU memory the process holds, its open files, and the size of its temporary folder when known.
 
 The process is the one bench-load started, or the one listening on the URL's port (found through psutil; loopback
 only, so it is on this machine). GPU memory per process comes from `nvidia-smi` (what the process holds on the
@@ -9,10 +9,12 @@ left out. Growth compares the median of the first tenth of the samples with that
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,6 +23,9 @@ import psutil
 from rocm_zoo.bench.stats import percentile
 
 MB = 2**20
+# What a sample holds, by key, as the report names it (a key may be missing: no GPU, no known temporary folder).
+RESOURCES = {"rss_mb": "RSS MiB", "rss_tree_mb": "RSS with children MiB", "gpu_mb": "GPU MiB",
+             "open_files": "open files", "temp_mb": "temporary folder MiB"}
 
 
 def listening_pid(url: str) -> int | None:
@@ -50,8 +55,21 @@ def gpu_memory_mb(pids: set[int]) -> float | None:
     return sum(used) if used else None
 
 
-def sample(proc: psutil.Process) -> dict[str, Any]:
-    """One sample: time, RSS of the process and of it with its children (MiB), GPU memory (MiB) when readable."""
+def folder_mb(folder: Path) -> float:
+    """MiB of the files under `folder` (files that vanish while it is walked are skipped)."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total / MB
+
+
+def sample(proc: psutil.Process, temp_dir: Path | None = None) -> dict[str, Any]:
+    """One sample: time, RSS of the process and of it with its children (MiB), its open files, GPU memory (MiB) when
+    readable, and the size of its temporary folder (MiB) when given."""
     children = proc.children(recursive=True)
     rss = proc.memory_info().rss
     tree = rss
@@ -60,7 +78,10 @@ def sample(proc: psutil.Process) -> dict[str, Any]:
             tree += c.memory_info().rss
         except psutil.Error:  # a child that just exited
             pass
-    row = {"t": round(time.time(), 3), "rss_mb": round(rss / MB, 1), "rss_tree_mb": round(tree / MB, 1)}
+    row = {"t": round(time.time(), 3), "rss_mb": round(rss / MB, 1), "rss_tree_mb": round(tree / MB, 1),
+           "open_files": proc.num_fds()}
+    if temp_dir is not None:
+        row["temp_mb"] = round(folder_mb(temp_dir), 2)
     gpu = gpu_memory_mb({proc.pid, *(c.pid for c in children)})
     if gpu is not None:
         row["gpu_mb"] = gpu
@@ -69,10 +90,12 @@ def sample(proc: psutil.Process) -> dict[str, Any]:
 
 class ResourceSampler:
     """Samples the process every `interval_s` in a thread, from `start()` to `stop()`; `rows` holds the samples,
-    each tagged with the phase running then (`phase`, set by the caller)."""
+    each tagged with the phase running then (`phase`, set by the caller); `temp_dir` is the process's temporary
+    folder (its TMPDIR), if known."""
 
-    def __init__(self, pid: int, interval_s: float = 1.0):
+    def __init__(self, pid: int, interval_s: float = 1.0, temp_dir: Path | None = None):
         self.proc = psutil.Process(pid)
+        self.temp_dir = temp_dir
         self.interval_s = interval_s
         self.rows: list[dict[str, Any]] = []
         self.phase = ""
@@ -83,7 +106,7 @@ class ResourceSampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self.rows.append({"phase": self.phase, **sample(self.proc)})
+                self.rows.append({"phase": self.phase, **sample(self.proc, self.temp_dir)})
             except psutil.Error as e:  # the server exited: the benchmark reports it; sampling stops
                 self.error = f"{type(e).__name__}: {e}"
                 return
