@@ -320,8 +320,8 @@ def _bench_load(args: argparse.Namespace) -> int:
             out_dir=Path(args.out), url=args.url, app=Path(args.app) if args.app else Path.cwd() / APP_DIR,
             studies=studies, truth=truth, device=args.device, conf=dict(args.conf or []), deepedit=args.deepedit,
             vista3d=args.vista3d, automatic=args.automatic, automatic_model=args.automatic_model,
-            automatic_images=args.automatic_image, bad=args.bad, hostile=args.hostile, monitor=not args.no_monitor, batch=args.batch or "",
-            images=args.image, think_time_s=args.think_time, duration_s=args.duration,
+            automatic_images=args.automatic_image, bad=args.bad, hostile=args.hostile, monitor=not args.no_monitor,
+            batch=args.batch or "", images=args.image, think_time_s=args.think_time, duration_s=args.duration,
             baseline_s=args.baseline_duration if args.baseline else 0.0, request_timeout_s=args.request_timeout,
             command=" ".join(["rocm-zoo", *sys.argv[1:]]))
     except LoadBenchError as e:
