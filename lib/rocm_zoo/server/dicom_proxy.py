@@ -102,10 +102,6 @@ class DicomProxy:
             # The status is sent: the viewer sees a cut answer (shorter than its Content-Length, or an unended chunk).
             logger.warning("proxy: the PACS stopped answering %s mid-answer: %s", url.split("?")[0], first_line(e))
 
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-
 
 async def _google_auth(base_url: str) -> dict[str, str]:
     """A Google Cloud Healthcare DICOMweb store (as MONAI Label): a bearer token of the default credentials."""
@@ -138,5 +134,4 @@ def install(web: FastAPI, studies: str, timeouts: PacsTimeouts) -> DicomProxy:
     for op, methods in (("wado", ["GET"]), ("qido", ["GET"]), ("stow", ["GET", "POST"]), ("", ["GET"])):
         web.add_api_route(f"{PREFIX}/{op}/{{path:path}}".replace("//", "/"), route(op), methods=methods,
                           include_in_schema=False, name=f"proxy_{op or 'dicom'}")
-    web.add_event_handler("shutdown", proxy.close)
     return proxy
