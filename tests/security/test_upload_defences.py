@@ -114,6 +114,10 @@ def test_archive_caps_on_members_and_inflated_bytes(tmp_path):
     with pytest.raises(UploadTooLarge, match="inflates to more than"):
         archives.extract(bomb, tmp_path / "out", ArchiveLimits(max_bytes=8 << 20))
     assert not (tmp_path / "out").exists()
+    with pytest.raises(UploadTooLarge, match="100 times its own size"):  # the default: by its compression ratio
+        archives.extract(bomb, tmp_path / "out", ArchiveLimits(ratio_floor=1 << 20))
+    assert not (tmp_path / "out").exists()
+    assert archives.extract(bomb, tmp_path / "out", ArchiveLimits(max_ratio=1000))  # what the caps allow passes
     good = _tar(tmp_path / "good.tar.gz", [(_member("series/1.dcm"), b"a"), (_member("series/2.dcm"), b"b")])
     written = archives.extract(good, tmp_path / "ok")
     assert sorted(p.relative_to(tmp_path / "ok").as_posix() for p in written) == ["series/1.dcm", "series/2.dcm"]

@@ -3,9 +3,11 @@
 `shutil.unpack_archive` (what MONAI Label's sessions use) writes a member named `../../x` or `/x` there, follows
 links and inflates whatever the archive holds. `extract` takes only regular files, each resolved inside the target
 folder (no `..`, no absolute names, no links, devices or FIFOs), at most `max_members` of them and at most
-`max_bytes` inflated in all; the size is counted while the data is written, not taken from the member headers, so an
-archive that lies about its sizes is stopped as soon as it passes the cap. A refused archive leaves nothing behind:
-the target folder is removed.
+`max_bytes` inflated in all, and at most `max_ratio` times the archive's own size (beyond `ratio_floor`): a study's
+files compress a few times, a bomb a thousand, so a bomb stops at a small multiple of what was uploaded instead of
+filling the disk. Sizes are counted while the data is written, not taken from the member headers, so an archive that
+lies about its sizes is stopped as soon as it passes the cap. A refused archive leaves nothing behind: the target
+folder is removed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import shutil
 import stat
 import tarfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from rocm_zoo.errors import InvalidRequest, UploadTooLarge
@@ -30,6 +32,8 @@ class ArchiveLimits:
 
     max_members: int = 10_000
     max_bytes: int = 9 * 2**30
+    max_ratio: float = 100.0
+    ratio_floor: int = 64 * 2**20
 
 
 def is_archive(path: str | Path) -> bool:
@@ -40,6 +44,8 @@ def extract(archive: str | Path, target: str | Path, limits: ArchiveLimits = Arc
     """Extracts `archive` (zip or tar, compressed or not) into the new folder `target`; returns the files written.
     InvalidRequest (422) for a member that is not a plain file inside the folder, UploadTooLarge (413) past a cap."""
     target = Path(target)
+    size = os.path.getsize(archive)
+    limits = replace(limits, max_bytes=min(limits.max_bytes, max(limits.ratio_floor, int(limits.max_ratio * size))))
     target.mkdir(parents=True, exist_ok=False)
     try:
         if zipfile.is_zipfile(archive):
@@ -89,8 +95,8 @@ class _Budget:
                     break
                 self.bytes += len(chunk)
                 if self.bytes > self.limits.max_bytes:
-                    raise UploadTooLarge(f"The archive inflates to more than {self.limits.max_bytes / 2**30:g} GiB; "
-                                         "nothing was unpacked")
+                    raise UploadTooLarge(f"The archive inflates to more than {self.limits.max_bytes / 2**20:.0f} MiB "
+                                         "(at most 9 GiB, and 100 times its own size); nothing was unpacked")
                 out.write(chunk)
 
 
