@@ -10,6 +10,7 @@ be reached a `PacsUnreachable` (503); both are also the `requests` errors caller
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -65,9 +66,22 @@ def describe(base_url: str, error: Exception, connect_s: float, read_s: float, w
         bound = why or f"pacs_read_timeout_s = {read_s:g} s"
         return PacsNoAnswer(f"The PACS at {base_url} did not answer within {read_s:.3g} s ({bound}); "
                             "try again once it answers")
-    errno = _ERRNO.search(str(error))
-    reason = errno.group(1).strip() if errno else first_line(error)
+    reason = _os_reason(error) or first_line(error)
     return PacsUnreachable(f"The PACS at {base_url} cannot be reached ({reason}); try again once it is up")
+
+
+def _os_reason(error: BaseException) -> str:
+    """The operating system's words ("Connection refused"), from the error or what caused it (httpx says only "All
+    connection attempts failed"; urllib3 nests them in its message)."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, OSError) and error.errno:
+            return os.strerror(error.errno)
+        found = _ERRNO.search(str(error))
+        if found:
+            return found.group(1).strip()
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return ""
 
 
 class TimeoutAdapter(HTTPAdapter):

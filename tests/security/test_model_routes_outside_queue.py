@@ -1,0 +1,57 @@
+"""Issue 31, item 7, against the real server: no route runs a model outside the request queues. MONAI Label's WSI
+inference (`/infer/wsi*`) is gone: it answers the same 404 whatever the image names, an existing server file or not
+(it was a file-existence oracle), and 14 concurrent calls run nothing. Scoring (which started the app again in a
+subprocess per call) takes no POST; the schema lists neither."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+import secure_server
+
+pytestmark = pytest.mark.slow
+
+CONCURRENT = 14
+
+
+@pytest.fixture(scope="module")
+def srv(sample_env, tmp_path_factory):
+    root = tmp_path_factory.mktemp("outside_queue")
+    studies = secure_server.copy_studies(sample_env, root / "studies")
+    with secure_server.running(sample_env, studies, root / "server.log", {}) as server:
+        yield server
+
+
+def _wsi(srv, image: str, route: str = "wsi_v2") -> requests.Response:
+    return requests.post(f"{srv.url}/infer/{route}/{secure_server.MODEL}", params={"image": image},
+                         data={"wsi": "{}"}, timeout=60)
+
+
+def test_wsi_inference_is_gone_and_tells_nothing_about_server_files(srv):
+    answers = {image: _wsi(srv, image) for image in ("/etc/passwd", "/etc/no_such_file", "phantom_test0")}
+    assert {r.status_code for r in answers.values()} == {404}, {k: r.text for k, r in answers.items()}
+    assert len({r.text for r in answers.values()}) == 1  # the same answer, whatever the image
+    assert _wsi(srv, "/etc/passwd", route="wsi").status_code == 404
+
+
+def test_concurrent_wsi_calls_run_nothing(srv):
+    before = requests.get(f"{srv.url}/info/", timeout=30).json()["rocm_zoo"]["requests"]
+    log_size = srv.log.stat().st_size
+    with ThreadPoolExecutor(CONCURRENT) as pool:
+        codes = list(pool.map(lambda i: _wsi(srv, "phantom_test0").status_code, range(CONCURRENT)))
+    assert codes == [404] * CONCURRENT
+    after = requests.get(f"{srv.url}/info/", timeout=30).json()["rocm_zoo"]["requests"]
+    assert after["queues"] == before["queues"]  # nothing admitted, nothing served
+    assert "infer_wsi" not in srv.log.read_text()[log_size:]
+
+
+def test_scoring_runs_nothing_and_the_schema_lists_neither(srv):
+    assert requests.post(f"{srv.url}/scoring/dice", timeout=30).status_code == 404
+    assert requests.post(f"{srv.url}/scoring/", timeout=30).status_code == 405
+    assert requests.get(f"{srv.url}/scoring/", timeout=30).status_code in (200, 404)  # status of nothing: no work
+    paths = requests.get(f"{srv.url}/openapi.json", timeout=30).json()["paths"]
+    assert not [p for p in paths if p.startswith("/infer/wsi")]
+    assert "post" not in paths.get("/scoring/{method}", {})
