@@ -151,6 +151,12 @@ def _users(args: argparse.Namespace) -> int:
                 return 1
             print(f"removed {args.name} (their tokens stop working at once)")
             return 0
+        if args.action == "revoke":
+            if not users.revoke(args.name):
+                print(f"no user '{args.name}' in {path}", file=sys.stderr)
+                return 1
+            print(f"{args.name}'s tokens stop working at once (the password stays; they log in again)")
+            return 0
         if not args.role:
             print("rocm-zoo users add needs --role annotator|reviewer|admin", file=sys.stderr)
             return 2
@@ -165,7 +171,7 @@ def _users(args: argparse.Namespace) -> int:
     except InvalidRequest as e:
         print(str(e), file=sys.stderr)
         return 2
-    print(f"{user.name} ({user.role}) in {path}")
+    print(f"{user.name} ({user.role}) in {path}" + (" (tokens issued before stop working)" if args.replace else ""))
     return 0
 
 
@@ -460,12 +466,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--conf", nargs=2, action="append", metavar=("KEY", "VALUE"), help="more app --conf options")
     s.set_defaults(func=_pacs)
 
-    s = sub.add_parser("users", help="the server's local users (log-in beyond loopback): add, list, remove",
+    s = sub.add_parser("users", help="the server's local users (log-in beyond loopback): add, list, remove, revoke",
                        description="Users for the server's own log-in (MONAI Label's /auth/token flow, used when the "
                        "server listens beyond loopback or with --conf auth on). Passwords are stored as scrypt "
                        "hashes in <app>/users.json (mode 0600). Roles: annotator (infer, save labels), reviewer "
-                       "(also 'final' labels), admin (also train, batch, delete).")
-    s.add_argument("action", choices=["add", "list", "remove"])
+                       "(also 'final' labels), admin (also train, batch, delete). A password change (add --replace), "
+                       "revoke or remove ends the user's tokens at once.")
+    s.add_argument("action", choices=["add", "list", "remove", "revoke"])
     s.add_argument("name", nargs="?")
     s.add_argument("--role", choices=["annotator", "reviewer", "admin"])
     s.add_argument("--app", help="the server's app folder (default apps/rocm_zoo)")

@@ -256,3 +256,12 @@ def test_uncertainty_keys_default_and_parse():
 def test_uncertainty_keys_are_checked(conf, expected):
     with pytest.raises(ConfigError, match=expected):
         AppConfig.from_conf(conf)
+
+
+def test_allowed_hosts():
+    assert AppConfig.from_conf({}).allowed_hosts == ()
+    c = AppConfig.from_conf({"allowed_hosts": "Gateway.Hospital.example., 10.0.0.7,gateway.hospital.example"})
+    assert c.allowed_hosts == ("gateway.hospital.example", "10.0.0.7")
+    for bad in ("*", "http://x.example", "x.example:8000", "a..b", "-x"):
+        with pytest.raises(ConfigError, match="allowed_hosts"):
+            AppConfig.from_conf({"allowed_hosts": bad})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields
 
 from rocm_zoo.errors import ConfigError
@@ -56,6 +57,7 @@ class AppConfig:
     users_file: str = ""  # local users (rocm-zoo users); "" is <app>/users.json
     token_hours: float = 12.0  # lifetime of a login token
     cors_origins: tuple[str, ...] = ()  # browser origins (viewers served elsewhere) allowed to call the API
+    allowed_hosts: tuple[str, ...] = ()  # on loopback, Host names besides localhost/127.x/::1 (a proxy's own name)
     train_device: str = ""  # where trainings run: "" the server's device (lowest priority there), or e.g. "cuda:1"
     uncertainty_model: str = ""  # /activelearning/uncertainty ranks with it ("": the first automatic model served)
     uncertainty_flips: int = 2  # flipped predictions besides the plain one: (flips + 1) network runs per study
@@ -94,6 +96,7 @@ class AppConfig:
             users_file=conf.get("users_file", cls.users_file),
             token_hours=_positive(conf, "token_hours", cls.token_hours),
             cors_origins=_origins(conf.get("cors_origins", "")),
+            allowed_hosts=_host_names(conf.get("allowed_hosts", "")),
             train_device=conf.get("train_device", cls.train_device),
             uncertainty_model=_uncertainty_model(conf.get("uncertainty_model", cls.uncertainty_model), models),
             uncertainty_flips=_within(conf, "uncertainty_flips", cls.uncertainty_flips, 1, MAX_FLIPS),
@@ -146,6 +149,20 @@ def _positive(conf: dict[str, str], key: str, default: float) -> float:
     if value <= 0:
         raise ConfigError(f"--conf {key} takes a number > 0, not '{conf[key]}'")
     return value
+
+
+def _host_names(value: str) -> tuple[str, ...]:
+    """A comma list of host names or addresses (no scheme, no port), lower case; '*' is refused: it would let any
+    web page's name reach a loopback server (DNS rebinding)."""
+    out = []
+    for name in (n.strip().lower().rstrip(".") for n in str(value).split(",")):
+        if not name:
+            continue
+        if not re.fullmatch(r"[a-z0-9]([a-z0-9\-.]*[a-z0-9])?|[0-9a-f:]+", name) or ".." in name:
+            raise ConfigError(f"--conf allowed_hosts takes a comma list of host names like pacs-gw.hospital.example "
+                              f"(no scheme, no port), not '{name}'")
+        out.append(name)
+    return tuple(dict.fromkeys(out))
 
 
 def _origins(value: str) -> tuple[str, ...]:

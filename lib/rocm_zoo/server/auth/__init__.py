@@ -3,136 +3,90 @@
 - `GET /auth/` says whether auth is on; `POST /auth/token` (form: username, password) returns a bearer
   `access_token`; `GET /auth/token/valid` returns the token's user. 3D Slicer asks for the password, OHIF sends the
   token: both unchanged.
-- Mode (`--conf auth auto|on|off`): `auto` is off on loopback and on as soon as the server listens beyond it (the
-  `--host` of `monailabel start_server`; MONAI Label's default is 0.0.0.0). A site with Keycloak sets MONAI Label's
-  own `MONAI_LABEL_AUTH_ENABLE=true` (and its realm settings): then MONAI Label's Keycloak flow runs as shipped.
-- Local mode: MONAI Label's routes keep their `Depends(RBAC(role))`; `get_current_user` is overridden (FastAPI
-  dependency overrides) to read our tokens, and MONAI Label's auth switch is turned on so `RBAC` checks roles.
-- Roles: annotator (infer, save labels other than `final`), reviewer (also `final`), admin (also train, batch,
-  delete, logs, models): MONAI Label's own route roles, plus `final` for reviewers (`install_label_route`) and the
-  in-process batch for admins (`batch_routes`).
-- `ROUTE_ROLES` makes model uploads and deletes admin-only (MONAI Label checks annotator there).
-- `/health/*`, the OpenAPI page and OHIF's static files are open; everything else needs a token.
+- Mode (`--conf auth auto|on|off`): `auto` is off on loopback and on as soon as the server listens beyond it: any
+  `--host` of `monailabel start_server` beyond loopback (`binding`; MONAI Label's default is 0.0.0.0). A site with
+  Keycloak sets MONAI Label's own `MONAI_LABEL_AUTH_ENABLE=true` (and its realm settings): then MONAI Label's
+  Keycloak flow runs as shipped.
+- On loopback, requests must be addressed to this machine (`host_check`: DNS rebinding), and with log-in off come
+  from it.
+- Local mode: routes keep their `Depends(RBAC(role))`; `get_current_user` is overridden (FastAPI dependency
+  overrides) to read our tokens, and MONAI Label's auth switch is turned on so `RBAC` checks roles.
+- Roles: `roles.ROUTE_ROLES` names the least role of every route (README's table is made from it).
+- Failed log-ins are logged and slowed (`throttle`: 429 with Retry-After); a password change, `rocm-zoo users
+  revoke` or removal ends the user's tokens (`users`: token generations).
+- The user file, its secret and the server's logs are readable by the server's account only.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import sys
+import os
 from pathlib import Path
 from typing import Optional
 
-from fastapi import BackgroundTasks, Depends, FastAPI, File, Form, HTTPException, UploadFile, status
+from fastapi import Depends, FastAPI, HTTPException, Request, status
 from fastapi.security import OAuth2PasswordBearer, OAuth2PasswordRequestForm
 from jwt import InvalidTokenError
 from monailabel.config import settings
-from monailabel.endpoints import datastore as ml_datastore
-from monailabel.endpoints.user.auth import DEFAULT_USER, RBAC, User, get_current_user
-from monailabel.interfaces.datastore import DefaultLabelTag
-from starlette.concurrency import run_in_threadpool
+from monailabel.endpoints.user.auth import RBAC, User, get_current_user
 
-from rocm_zoo.server.auth import tokens
+from rocm_zoo.server.auth import host_check, tokens
+from rocm_zoo.server.auth.binding import all_loopback, bind_host, bind_hosts, decide, is_loopback
+from rocm_zoo.server.auth.roles import ROUTE_ROLES, apply_route_roles, install_label_routes, route_table
+from rocm_zoo.server.auth.throttle import LoginThrottle, TooManyLogins
 from rocm_zoo.server.auth.users import ROLES, UserFile, monailabel_roles
-from rocm_zoo.server.upload_routes import cleanup_now
+
+__all__ = ["LocalAuth", "LoginThrottle", "ROUTE_ROLES", "TooManyLogins", "all_loopback", "bind_host", "bind_hosts",
+           "decide", "install", "install_label_route", "is_loopback", "restrict_cors", "route_table", "users_path"]
 
 logger = logging.getLogger(__name__)
 
-MONAILABEL_DEFAULT_HOST = "0.0.0.0"  # `monailabel start_server` without --host
-OPEN_PREFIXES = ("/ohif",)  # static viewer files: no data; the viewer then calls the API with the token
-
-
-def bind_host(argv: list[str] | None = None) -> str:
-    """The host `monailabel start_server` was given (`--host H`, `--host=H`, `-i H`), else its default 0.0.0.0."""
-    argv = list(sys.argv if argv is None else argv)
-    for i, arg in enumerate(argv):
-        if arg in ("--host", "-i") and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--host="):
-            return arg.split("=", 1)[1]
-    return MONAILABEL_DEFAULT_HOST
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def decide(conf_auth: str, host: str, keycloak: bool) -> str:
-    """keycloak, local or off."""
-    if keycloak:
-        return "keycloak"
-    if conf_auth == "on" or (conf_auth == "auto" and not is_loopback(host)):
-        return "local"
-    return "off"
+install_label_route = install_label_routes  # the name app.py calls
 
 
 def users_path(conf_users_file: str, app_dir: str | Path) -> Path:
     return Path(conf_users_file) if conf_users_file else Path(app_dir) / "users.json"
 
 
-def _role_names() -> dict[str, str]:
-    s = settings
-    return {"user": s.MONAI_LABEL_AUTH_ROLE_USER, "annotator": s.MONAI_LABEL_AUTH_ROLE_ANNOTATOR,
-            "reviewer": s.MONAI_LABEL_AUTH_ROLE_REVIEWER, "admin": s.MONAI_LABEL_AUTH_ROLE_ADMIN}
-
-
-def _routes(routes):
-    """Every route, through the routers FastAPI keeps nested (include_router no longer copies routes up)."""
-    for route in routes:
-        inner = getattr(route, "original_router", None)
-        if inner is not None:
-            yield from _routes(inner.routes)
-        else:
-            yield route
-
-
-def _rbac_of(route) -> list:
-    return [d.call for d in getattr(getattr(route, "dependant", None), "dependencies", []) if isinstance(d.call, RBAC)]
-
-
-# Where MONAI Label 0.8.5's RBAC is looser than its own route summaries say ("|RBAC: admin|" on routes that check
-# annotator): uploading and deleting a model's weights.
-ROUTE_ROLES = {("PUT", "/model/{model}"): "admin", ("DELETE", "/model/{model}"): "admin"}
-
-
-def open_static_routes(web: FastAPI) -> None:
-    """OHIF's static files without a token, and ROUTE_ROLES, through dependency overrides (MONAI Label's route
-    objects stay as they are)."""
-    names = _role_names()
-    for route in _routes(web.router.routes):
-        for method in getattr(route, "methods", None) or ():
-            role = ROUTE_ROLES.get((method, getattr(route, "path", "")))
-            for rbac in _rbac_of(route) if role else ():
-                web.dependency_overrides[rbac] = RBAC(names[role])
-        if str(getattr(route, "path", "")).startswith(OPEN_PREFIXES):
-            for rbac in _rbac_of(route):
-                web.dependency_overrides[rbac] = _anyone
-
-
-async def _anyone() -> User:
-    return DEFAULT_USER
+def keep_private(app_dir: str | Path, files: tuple[Path, ...] = ()) -> None:
+    """The server's logs folder (MONAI Label's `<app>/logs`, 0700), the files in it and every file a log handler
+    writes (0600), and `files` (the user file and its secret, 0600): image ids, user names and password hashes are
+    for the server's account only."""
+    logs = Path(app_dir) / "logs"
+    targets = [p for p in logs.iterdir() if p.is_file()] if logs.is_dir() else []
+    for lg in [logging.getLogger()] + [v for v in logging.Logger.manager.loggerDict.values()
+                                        if isinstance(v, logging.Logger)]:
+        targets += [Path(h.baseFilename) for h in lg.handlers if getattr(h, "baseFilename", None)]
+    for path, mode in [(logs, 0o700)] + [(p, 0o600) for p in (*targets, *files)]:
+        try:
+            if path.exists() and path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o777 != mode:
+                os.chmod(path, mode)
+        except OSError as e:
+            logger.warning("rocm_zoo auth: could not make %s private: %s", path.name, e)
 
 
 class LocalAuth:
     """Tokens for the users of the local user file."""
 
-    def __init__(self, users: UserFile, secret: bytes, token_hours: float):
+    def __init__(self, users: UserFile, secret: bytes, token_hours: float, throttle: LoginThrottle | None = None):
         self.users = users
         self.secret = secret
         self.token_hours = token_hours
+        self.throttle = throttle if throttle is not None else LoginThrottle()
 
-    def login(self, username: str, password: str) -> dict:
+    def login(self, username: str, password: str, address: str = "?") -> dict:
+        username = str(username or "")[:200]
+        self.throttle.admit(username, address)  # TooManyLogins (429) while this user/address pair must wait
         user = self.users.check(username, password)
         if user is None:
+            logger.warning("auth: failed log-in as %r from %s (%d failed in a row)", username[:64], address,
+                           self.throttle.failures(username, address))
             raise HTTPException(status_code=status.HTTP_401_UNAUTHORIZED, detail="Wrong user name or password",
                                 headers={"WWW-Authenticate": "Bearer"})
-        token = tokens.issue(self.secret, user.name, monailabel_roles(user.role), self.token_hours)
-        logger.info("auth: %s (%s) logged in", user.name, user.role)
+        self.throttle.succeeded(username, address)
+        token = tokens.issue(self.secret, user.name, monailabel_roles(user.role), self.token_hours,
+                             generation=user.generation)
+        logger.info("auth: %s (%s) logged in from %s", user.name, user.role, address)
         return {"access_token": token, "token_type": "bearer"}
 
     def user_of(self, token: Optional[str]) -> User:
@@ -149,28 +103,40 @@ class LocalAuth:
         local = self.users.get(str(claims.get("sub")))
         if local is None:  # removed since the token was issued
             raise unauthorized
+        if str(claims.get("gen", "")) != local.generation:  # password changed or revoked since
+            logger.info("auth: token of %s refused: issued before the user's password change or revocation",
+                        local.name)
+            raise unauthorized
         # The role is the user file's now, not the token's: a changed role counts at once.
         return User(username=local.name, name=local.name, roles=monailabel_roles(local.role))
 
 
 def install(web: FastAPI, config, app_dir: str | Path) -> str:
     """Sets up auth for this server; returns the mode (keycloak, local, off) after logging it."""
-    host = bind_host()
-    mode = decide(config.auth, host, keycloak=bool(settings.MONAI_LABEL_AUTH_ENABLE))
+    hosts = bind_hosts()
+    where = ", ".join(dict.fromkeys(hosts))
+    loopback = all_loopback(hosts)
+    mode = decide(config.auth, hosts, keycloak=bool(settings.MONAI_LABEL_AUTH_ENABLE))
+    keep_private(app_dir)
+    if loopback:
+        host_check.install(web, config.allowed_hosts, loopback_clients_only=mode == "off")
     if mode == "keycloak":
         logger.warning("rocm_zoo auth: ON, MONAI Label's Keycloak flow (realm %s)", settings.MONAI_LABEL_AUTH_REALM_URI)
-        open_static_routes(web)
+        apply_route_roles(web)
         return mode
     _install_routes(web, None)
     if mode == "off":
-        why = "--conf auth off" if config.auth == "off" else f"listening on loopback ({host})"
-        log = logger.warning if not is_loopback(host) else logger.info
+        apply_route_roles(web)
+        why = "--conf auth off" if config.auth == "off" else f"listening on loopback ({where})"
+        log = logger.info if loopback else logger.warning
         log("rocm_zoo auth: OFF (%s): every request is allowed%s", why,
-            "" if is_loopback(host) else "; ANYONE ON THE NETWORK CAN USE AND CHANGE THE DATASTORE")
+            "" if loopback else "; ANYONE ON THE NETWORK CAN USE AND CHANGE THE DATASTORE")
         return mode
     path = users_path(config.users_file, app_dir)
     users = UserFile(path)
-    local = LocalAuth(users, tokens.load_secret(path.with_name(path.name + ".secret")), config.token_hours)
+    secret = path.with_name(path.name + ".secret")
+    local = LocalAuth(users, tokens.load_secret(secret), config.token_hours)
+    keep_private(app_dir, (path, secret))
     _install_routes(web, local)
     settings.MONAI_LABEL_AUTH_ENABLE = True  # RBAC reads it at each request
 
@@ -180,10 +146,10 @@ def install(web: FastAPI, config, app_dir: str | Path) -> str:
         return local.user_of(token)
 
     web.dependency_overrides[get_current_user] = current_user
-    open_static_routes(web)
+    apply_route_roles(web)
     _document_bearer(web)
     count = len(users.list())
-    why = "--conf auth on" if config.auth == "on" else f"listening beyond loopback ({host})"
+    why = "--conf auth on" if config.auth == "on" else f"listening beyond loopback ({where})"
     logger.warning("rocm_zoo auth: ON (%s): local users from %s (%d user%s), tokens valid %g h; roles %s",
                    why, path.name, count, "" if count == 1 else "s", config.token_hours, ", ".join(ROLES))
     if not count:
@@ -236,8 +202,8 @@ def _install_routes(web: FastAPI, local: Optional[LocalAuth]) -> None:
 
     if local is not None:
         @web.post("/auth/token", summary="Log in: a bearer access token for username and password", tags=["Auth"])
-        def access_token(form_data: OAuth2PasswordRequestForm = Depends()):  # scrypt: in a worker thread
-            return local.login(form_data.username, form_data.password)
+        def access_token(request: Request, form_data: OAuth2PasswordRequestForm = Depends()):  # scrypt: a thread
+            return local.login(form_data.username, form_data.password, request.client.host if request.client else "?")
 
         @web.get("/auth/token/valid", summary="The user of the current token", tags=["Auth"])
         async def valid_token(user: User = Depends(get_current_user)):
@@ -252,31 +218,6 @@ def _put_first(web: FastAPI, before: int) -> None:
     del web.router.routes[before:]
     web.router.routes[0:0] = ours
     web.openapi_schema = None
-
-
-def install_label_route(web: FastAPI) -> None:
-    """`PUT /datastore/label` as MONAI Label's, except that a `final` label (the default tag) needs the reviewer
-    role, and the save (checks, SEG encoding, PACS) runs in a worker thread, not on the event loop."""
-    names = _role_names()
-    before = len(web.router.routes)
-
-    @web.put("/datastore/label", summary="Save a label (tag final, the default, needs the reviewer role)",
-             tags=["Datastore"])
-    async def api_save_label(background_tasks: BackgroundTasks, image: str, params: str = Form("{}"),
-                             tag: str = DefaultLabelTag.FINAL.value, label: UploadFile = File(...),
-                             user: User = Depends(RBAC(names["annotator"]))):
-        if (tag or DefaultLabelTag.FINAL.value) == DefaultLabelTag.FINAL.value and settings.MONAI_LABEL_AUTH_ENABLE \
-                and not {names["reviewer"], names["admin"]} & set(user.roles):
-            raise HTTPException(status_code=status.HTTP_403_FORBIDDEN,
-                                detail="Saving a 'final' label needs the reviewer role; save under another tag")
-        try:
-            return await run_in_threadpool(ml_datastore.save_label, background_tasks, image, params, tag, label,
-                                           user.username)
-        except BaseException:  # a refused label: MONAI Label removes its temporary file after a success only
-            cleanup_now(background_tasks)
-            raise
-
-    _put_first(web, before)
 
 
 def restrict_cors(web: FastAPI, origins: tuple[str, ...]) -> None:

@@ -1,6 +1,7 @@
 """Login tokens: JWTs signed (HS256) with a secret kept next to the user file, expiring after `--conf token_hours`.
 
-The claims are laid out as Keycloak's (`preferred_username`, `realm_access.roles`), which is what MONAI Label reads.
+The claims are laid out as Keycloak's (`preferred_username`, `realm_access.roles`), which is what MONAI Label reads;
+`gen` is the user's token generation, so a password change or `rocm-zoo users revoke` ends the tokens issued before.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ def load_secret(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def issue(secret: bytes, username: str, roles: list[str], hours: float, now: float | None = None) -> str:
+def issue(secret: bytes, username: str, roles: list[str], hours: float, now: float | None = None,
+          generation: str = "") -> str:
+    """`generation`: the user's token generation (users.LocalUser), checked at every request."""
     now = time.time() if now is None else now
     claims = {"iss": ISSUER, "sub": username, "preferred_username": username, "realm_access": {"roles": roles},
-              "iat": int(now), "exp": int(now + hours * 3600)}
+              "iat": int(now), "exp": int(now + hours * 3600), "gen": generation}
     return jwt.encode(claims, secret, algorithm="HS256")
 
 

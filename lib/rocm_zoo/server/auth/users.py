@@ -3,6 +3,8 @@
 One JSON file, written atomically, readable by the server's account only (0600). Roles are the three of MONAI
 Label's auth flow that people hold: annotator (infer, save labels), reviewer (also `final` labels), admin (also
 train, batch, delete, logs, models). Each maps onto MONAI Label's role names, so its `RBAC` checks work unchanged.
+Each user also has a token generation, new at every `add` (a password change) and `revoke`: tokens carry it, and
+one of an older generation is refused, so changing a password or revoking logs that user out everywhere.
 """
 
 from __future__ import annotations
@@ -42,6 +44,19 @@ def monailabel_roles(role: str) -> list[str]:
 class LocalUser:
     name: str
     role: str
+    generation: str = ""  # changes with the password and at `revoke`; tokens of another generation are refused
+
+
+def _generation(record: dict) -> str:
+    """The record's token generation (a file written before generations existed: one derived from its salt, which
+    also changes with the password)."""
+    if record.get("generation"):
+        return str(record["generation"])
+    return hashlib.sha256(b"rocm_zoo generation " + str(record.get("salt", "")).encode()).hexdigest()[:16]
+
+
+def _user(name: str, record: dict) -> LocalUser:
+    return LocalUser(name, record["role"], _generation(record))
 
 
 def _hash(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
@@ -58,10 +73,12 @@ class UserFile:
     def _load(self) -> dict[str, dict]:
         with self._lock:
             try:
-                mtime = self.path.stat().st_mtime_ns
+                st = self.path.stat()
             except FileNotFoundError:
                 self._users, self._mtime = {}, None
                 return self._users
+            # Every save is a new file renamed into place: the inode tells a change that the clock's tick hides.
+            mtime = (st.st_mtime_ns, st.st_ino, st.st_size)
             if mtime != self._mtime:  # `rocm-zoo users` changed it: a removed user is out at the next request
                 self._users = json.loads(self.path.read_text()).get("users", {})
                 self._mtime = mtime
@@ -78,11 +95,11 @@ class UserFile:
         os.replace(tmp, self.path)
 
     def list(self) -> list[LocalUser]:
-        return [LocalUser(n, u["role"]) for n, u in sorted(self._load().items())]
+        return [_user(n, u) for n, u in sorted(self._load().items())]
 
     def get(self, name: str) -> LocalUser | None:
         u = self._load().get(name)
-        return LocalUser(name, u["role"]) if u else None
+        return _user(name, u) if u else None
 
     def add(self, name: str, role: str, password: str, replace: bool = False) -> LocalUser:
         if not _NAME.match(name or ""):
@@ -96,9 +113,19 @@ class UserFile:
             raise InvalidRequest(f"user '{name}' exists (to change the password or role, add it again with --replace)")
         salt = secrets.token_bytes(16)
         users[name] = {"role": role, "scrypt": dict(_SCRYPT), "salt": base64.b64encode(salt).decode(),
-                       "hash": base64.b64encode(_hash(password, salt, **_SCRYPT)).decode()}
+                       "hash": base64.b64encode(_hash(password, salt, **_SCRYPT)).decode(),
+                       "generation": secrets.token_hex(8)}
         self._save(users)
-        return LocalUser(name, role)
+        return _user(name, users[name])
+
+    def revoke(self, name: str) -> bool:
+        """Every token issued to `name` so far stops working (the password stays)."""
+        users = dict(self._load())
+        if name not in users:
+            return False
+        users[name] = {**users[name], "generation": secrets.token_hex(8)}
+        self._save(users)
+        return True
 
     def remove(self, name: str) -> bool:
         users = dict(self._load())
@@ -114,4 +141,4 @@ class UserFile:
         params = u["scrypt"] if u else _SCRYPT
         expected = base64.b64decode(u["hash"]) if u else b"\1" * 32
         ok = hmac.compare_digest(_hash(password or "", salt, **params), expected)
-        return LocalUser(name, u["role"]) if u and ok else None
+        return _user(name, u) if u and ok else None
