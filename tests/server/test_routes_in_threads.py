@@ -5,10 +5,15 @@ models outside the request queues (WSI inference, scoring) and its blocking DICO
 from __future__ import annotations
 
 import inspect
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 from monailabel.app import app
 
-from rocm_zoo.server.routes import TRULY_ASYNC_MODULES, run_blocking_handlers_in_threads, switch_off
+from rocm_zoo.errors import QueueFull
+from rocm_zoo.server.routes import TRULY_ASYNC_MODULES, bounded, run_blocking_handlers_in_threads, switch_off
 
 
 def monailabel_coroutines(router, found: list) -> list:
@@ -49,3 +54,24 @@ def test_routes_that_ran_models_outside_the_queues_are_switched_off():
     assert not any(m == "POST" and p.startswith("/scoring") for m, p in served)
     assert ("GET", "/scoring/") in served and ("POST", "/infer/{model}") in served
     assert switch_off(app.router) == []  # nothing left to remove
+
+
+def test_a_bounded_route_refuses_callers_beyond_its_limit_instead_of_holding_threads():
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def rank(strategy: str) -> str:  # an uncertainty ranking that takes a while
+        started.release()
+        release.wait(10)
+        return strategy
+
+    handler = bounded(rank, 2, "/activelearning/{strategy}")
+    with ThreadPoolExecutor(2) as pool:
+        running = [pool.submit(handler, strategy="uncertainty") for _ in range(2)]
+        assert started.acquire(timeout=5) and started.acquire(timeout=5)
+        with pytest.raises(QueueFull, match="2 calls are running") as e:
+            handler(strategy="uncertainty")
+        assert e.value.retry_after_s > 0
+        release.set()
+        assert [f.result(5) for f in running] == ["uncertainty"] * 2
+    assert handler(strategy="random") == "random"  # slots given back

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import threading
 from typing import Any, Callable, Optional
 
 from fastapi import BackgroundTasks, Depends, FastAPI, File, Form, Request, UploadFile
@@ -29,7 +30,7 @@ from monailabel.endpoints.infer import ResultType, run_inference
 from monailabel.endpoints.user.auth import RBAC, User
 
 from rocm_zoo.engine.scheduler import Priority
-from rocm_zoo.errors import DeadlineExceeded, InvalidRequest
+from rocm_zoo.errors import DeadlineExceeded, InvalidRequest, QueueFull
 from rocm_zoo.server.request_queue import ClientGone, RequestService
 from rocm_zoo.server.upload_routes import cleanup_now
 
@@ -37,6 +38,11 @@ from rocm_zoo.server.upload_routes import cleanup_now
 # loop, is replaced).
 TRULY_ASYNC_MODULES: tuple[str, ...] = ()
 ALL_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+# Active-learning calls at once: `uncertainty` runs a model (at the scheduler's batch class, a bounded number of studies
+# per call, one ranking at a time); more waiting callers would each hold a worker thread of FastAPI's pool, which every
+# threaded route shares, so one more gets a 503 with Retry-After instead.
+BOUNDED_MODULES = {"monailabel.endpoints.activelearning": 4}
+BOUNDED_RETRY_S = 5
 # MONAI Label's routes that this server does not serve: (handler module, methods) -> why.
 SWITCHED_OFF = {
     ("monailabel.endpoints.wsi_infer", ALL_METHODS):
@@ -114,8 +120,11 @@ def _handlers_in_threads(router) -> None:
         module = getattr(route.endpoint, "__module__", "")
         if not module.startswith("monailabel.endpoints") or module in TRULY_ASYNC_MODULES:
             continue
+        handler = _in_thread(route.endpoint)
+        if module in BOUNDED_MODULES:
+            handler = bounded(handler, BOUNDED_MODULES[module], route.path)
         router.routes[i] = APIRoute(
-            route.path, _in_thread(route.endpoint), methods=route.methods, name=route.name, summary=route.summary,
+            route.path, handler, methods=route.methods, name=route.name, summary=route.summary,
             description=route.description, tags=route.tags, dependencies=route.dependencies,
             responses=route.responses, response_class=route.response_class, status_code=route.status_code,
             include_in_schema=route.include_in_schema, deprecated=route.deprecated,
@@ -142,6 +151,25 @@ def _in_thread(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     handler.__doc__ = endpoint.__doc__
     handler.__module__ = endpoint.__module__
     return handler
+
+
+def bounded(handler: Callable[..., Any], at_once: int, what: str) -> Callable[..., Any]:
+    """`handler` (a plain function, run in a worker thread), refused with QueueFull while `at_once` calls run."""
+    slots = threading.BoundedSemaphore(at_once)
+
+    def limited(**kwargs: Any) -> Any:
+        if not slots.acquire(blocking=False):
+            raise QueueFull(f"{what}: {at_once} calls are running; try again in {BOUNDED_RETRY_S} s",
+                            retry_after_s=BOUNDED_RETRY_S)
+        try:
+            return handler(**kwargs)
+        finally:
+            slots.release()
+
+    for attr in ("__signature__", "__name__", "__doc__", "__module__"):
+        if hasattr(handler, attr):
+            setattr(limited, attr, getattr(handler, attr))
+    return limited
 
 
 def request_priority(task_type: Optional[str]) -> Priority:
