@@ -64,12 +64,15 @@ def add_users(users_file: Path) -> None:
 
 
 def start(sample_env, studies: Path | str, log: Path, conf: dict[str, str], users_file: Path | None = None,
-          timeout_s: float = 600, env: dict[str, str] | None = None) -> Server:
-    """The server on `studies` (a folder, or a DICOMweb URL); `env` is added to its environment."""
+          timeout_s: float = 600, env: dict[str, str] | None = None, hosts: tuple[str, ...] = ("127.0.0.1",)) -> Server:
+    """The server on `studies` (a folder, or a DICOMweb URL); `env` is added to its environment; each of `hosts` is
+    a `--host` (uvicorn binds the last; the tests connect to 127.0.0.1 whatever they are)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "monailabel.main", "start_server", "--app", str(sample_env.app_dir),
-           "--studies", str(studies), "--conf", "models", MODEL, "--host", "127.0.0.1", "--port", str(port)]
+           "--studies", str(studies), "--conf", "models", MODEL, "--port", str(port)]
+    for host in hosts:
+        cmd += ["--host", host]
     if users_file is not None:
         cmd += ["--conf", "users_file", str(users_file)]
     for k, v in conf.items():
@@ -107,8 +110,8 @@ def stop(server: Server) -> None:
 
 @contextmanager
 def running(sample_env, studies: Path | str, log: Path, conf: dict[str, str], users_file: Path | None = None,
-            env: dict[str, str] | None = None):
-    server = start(sample_env, studies, log, conf, users_file, env=env)
+            env: dict[str, str] | None = None, hosts: tuple[str, ...] = ("127.0.0.1",)):
+    server = start(sample_env, studies, log, conf, users_file, env=env, hosts=hosts)
     try:
         yield server
     finally:

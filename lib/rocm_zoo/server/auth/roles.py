@@ -122,6 +122,7 @@ def apply_route_roles(web: FastAPI) -> list[str]:
     asking for no token is not possible, or asking for a role while the route checks none), after logging them."""
     by_rbac: dict[RBAC, dict[tuple[str, str], str]] = {}
     undecided = []
+    seen: set[tuple[str, str]] = set()
     for route in routes_of(web.router.routes):
         path = str(getattr(route, "path", ""))
         methods = sorted(getattr(route, "methods", None) or ())
@@ -130,6 +131,9 @@ def apply_route_roles(web: FastAPI) -> list[str]:
                 undecided.append(f"{path} (mounted)")
             continue
         for method in methods:
+            if (method, path) in seen:
+                continue  # shadowed by a route of ours ahead of it (Starlette takes the first match): never called
+            seen.add((method, path))
             role = ROUTE_ROLES.get((method, path))
             if role is None:
                 undecided.append(f"{method} {path}")
