@@ -187,6 +187,28 @@ def test_a_session_zip_bomb_is_stopped_at_a_small_multiple_of_its_size(srv, tmp_
     assert max(usage, default=0) < 100 << 20, f"{max(usage) / 2**20:.0f} MiB written to the temp folder"
     assert rss.jump_mb < RSS_JUMP_MB, f"server grew by {rss.jump_mb:.0f} MiB"
     _no_leftovers(srv, before, "a session bomb")
+    # a DICOM image that announces 1024 x 1024 x 1000 frames: over the budget from its header
+    r = requests.put(f"{srv.url}/session/", params={"uncompress": "true"},
+                     files={"files": ("series.tar.gz", _tar([("series/1.dcm", _dicom_header(1024, 1024, 1000),
+                                                               tarfile.REGTYPE, "")]))},
+                     headers=srv.headers("ann"), timeout=60)
+    assert r.status_code == 413 and "max_volume_voxels" in r.text, r.text[:300]
+    _no_leftovers(srv, before, "a refused DICOM session")
+
+
+def _dicom_header(rows: int, columns: int, frames: int) -> bytes:
+    from pydicom.dataset import FileDataset, FileMetaDataset
+    from pydicom.uid import ExplicitVRLittleEndian
+
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID = "1.2.840.10008.5.1.4.1.1.2", "1.2.3.4"
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = FileDataset("x", {}, file_meta=meta, preamble=b"\0" * 128)
+    ds.is_little_endian, ds.is_implicit_VR = True, False
+    ds.Rows, ds.Columns, ds.NumberOfFrames = rows, columns, frames
+    out = io.BytesIO()
+    ds.save_as(out, write_like_original=False)
+    return out.getvalue()
 
 
 def test_a_label_bomb_is_refused_with_memory_bounded(srv, tmp_path):

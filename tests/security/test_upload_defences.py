@@ -296,3 +296,25 @@ def test_the_dataset_zip_is_removed_when_writing_it_fails(store, tmp_path, monke
     with pytest.raises(OSError):
         store.get_dataset_archive(None)
     assert list(scratch.iterdir()) == []
+
+
+def test_a_dicom_series_over_the_budget_is_refused_from_its_headers(monkeypatch):
+    from pydicom.dataset import Dataset
+
+    from rocm_zoo.dicomweb.series_check import check_series
+    from rocm_zoo.engine import volume_check
+
+    def slice_at(z: float) -> Dataset:
+        h = Dataset()
+        h.Rows, h.Columns, h.NumberOfFrames = 1024, 1024, 1
+        h.ImagePositionPatient, h.ImageOrientationPatient = [0, 0, z], [1, 0, 0, 0, 1, 0]
+        h.SOPInstanceUID = f"1.2.{int(z)}"
+        return h
+
+    headers = [slice_at(z) for z in range(4)]
+    assert check_series("s", headers) == (1024, 1024, 4)
+    monkeypatch.setattr(volume_check, "_budget", VolumeBudget(max_voxels=3 * 1024 * 1024))
+    with pytest.raises(UploadTooLarge, match="max_volume_voxels"):
+        check_series("s", headers)
+    with pytest.raises(UploadTooLarge, match="max_volume_voxels"):
+        volume_check.check_dicom_budget("a session's images", headers)

@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 from pydicom.dataset import Dataset
 
-from rocm_zoo.engine.volume_check import budget
+from rocm_zoo.engine.volume_check import check_dicom_budget
 from rocm_zoo.errors import InvalidRequest
 
 MIN_SLICES = 2
@@ -28,9 +28,8 @@ def check_series(series_id: str, headers: Sequence[Dataset]) -> tuple[int, int, 
     sizes = {(int(h.Rows), int(h.Columns)) for h in headers}
     if len(sizes) > 1:
         raise InvalidRequest(f"{what}: its images have different sizes {sorted(sizes)}")
+    check_dicom_budget(f"series {series_id}", headers)
     rows, columns = next(iter(sizes))
-    frames = sum(int(h.get("NumberOfFrames", 1) or 1) for h in headers)
-    budget().check((columns, rows, frames), 4, f"series {series_id}")  # converted and read as float32
     orientations = {tuple(round(float(v), 4) for v in h.ImageOrientationPatient) for h in headers}
     if len(orientations) > 1:
         raise InvalidRequest(f"{what}: its images have {len(orientations)} different orientations")

@@ -119,6 +119,15 @@ def check_volume(path: str | Path, name: str, values: Optional[Callable[[np.ndar
     return header.shape
 
 
+def check_dicom_budget(what: str, headers) -> None:
+    """DICOM images (their headers: pydicom datasets) as one volume: rows x columns x frames, an upper bound when
+    sizes differ, within the budget as float32 (what they are converted to and read as); UploadTooLarge if not."""
+    rows = max((int(h.get("Rows", 0) or 0) for h in headers), default=0)
+    columns = max((int(h.get("Columns", 0) or 0) for h in headers), default=0)
+    frames = sum(int(h.get("NumberOfFrames", 1) or 1) for h in headers)
+    _budget.check((columns, rows, frames), 4, what)
+
+
 def stream_values(path: str | Path, header: VolumeHeader, name: str) -> Iterator[np.ndarray]:
     """The voxel values, chunk by chunk (scaled as the header says); InvalidRequest for a stream that ends before
     its announced data, or goes on past it."""

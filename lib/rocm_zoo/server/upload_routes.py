@@ -4,7 +4,8 @@ parameters and roles, ahead of MONAI Label's, so its clients still work):
 - `PUT /session/` (`uncompress=true` unpacks the upload): MONAI Label unpacks with `shutil.unpack_archive`, which
   writes a member named `../../x` or `/x` there; here the archive goes through `archives.extract` (regular files
   inside the session's folder only, member and size caps) and every volume in the upload is checked header first
-  (`volume_check.check_volume`). A refused upload leaves nothing behind. The answer names no server path.
+  (`volume_check.check_volume`; DICOM images: rows x columns x frames against the same budget). A refused upload
+  leaves nothing behind. The answer names no server path.
 - `GET /datastore/dataset`: MONAI Label leaves every zip it sends in the temporary folder; here it is removed once
   sent (or once the client hung up).
 
@@ -28,7 +29,7 @@ from monailabel.config import settings
 from monailabel.endpoints.user.auth import RBAC, User
 from monailabel.interfaces.utils.app import app_instance
 
-from rocm_zoo.engine.volume_check import check_volume
+from rocm_zoo.engine.volume_check import check_dicom_budget, check_volume, is_volume_name
 from rocm_zoo.server import archives
 
 logger = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ def create_session(files: List[UploadFile], uncompress: bool, expiry: int,
             volumes = written
         for path in volumes:
             check_volume(path, path.name)
+        _check_dicom_budget(volumes)
         session_id, info = sessions.add_session(str(image), expiry, uncompress=False, session_id=session_id)
     except BaseException:
         sessions.remove_session(session_id)
@@ -108,6 +110,25 @@ def create_session(files: List[UploadFile], uncompress: bool, expiry: int,
     shown = info.to_json()
     shown["path"], shown["image"] = session_id, os.path.basename(info.image)
     return {"session_id": session_id, "session_info": shown}
+
+
+def _check_dicom_budget(paths: List[Path]) -> None:
+    """The DICOM files of a session, from their headers: within the volume budget once converted."""
+    import pydicom
+    from pydicom.errors import InvalidDicomError
+
+    headers = []
+    for path in paths:
+        if is_volume_name(path.name):
+            continue
+        try:
+            header = pydicom.dcmread(str(path), stop_before_pixels=True)
+        except (InvalidDicomError, OSError, ValueError, EOFError):
+            continue
+        if "Rows" in header:
+            headers.append(header)
+    if headers:
+        check_dicom_budget("the session's DICOM images", headers)
 
 
 def _receive(upload: UploadFile, folder: Path, index: int) -> Path:
