@@ -76,7 +76,12 @@ class LocalAuth:
 
     def login(self, username: str, password: str, address: str = "?") -> dict:
         username = str(username or "")[:200]
-        self.throttle.admit(username, address)  # TooManyLogins (429) while this user/address pair must wait
+        try:
+            self.throttle.admit(username, address)  # TooManyLogins (429) while this user/address pair must wait
+        except TooManyLogins as e:
+            logger.warning("auth: log-in as %r from %s refused for %d s after repeated failures", username[:64],
+                           address, e.retry_after_s)
+            raise
         user = self.users.check(username, password)
         if user is None:
             logger.warning("auth: failed log-in as %r from %s (%d failed in a row)", username[:64], address,
