@@ -55,3 +55,10 @@ def test_scoring_runs_nothing_and_the_schema_lists_neither(srv):
     paths = requests.get(f"{srv.url}/openapi.json", timeout=30).json()["paths"]
     assert not [p for p in paths if p.startswith("/infer/wsi")]
     assert "post" not in paths.get("/scoring/{method}", {})
+
+
+def test_active_learning_still_answers_through_its_bound(srv):
+    for strategy in ("random", "first"):
+        r = requests.post(f"{srv.url}/activelearning/{strategy}", json={}, timeout=60)
+        assert r.status_code == 200 and r.json().get("id"), r.text
+    assert requests.post(f"{srv.url}/activelearning/no_such", json={}, timeout=60).status_code == 404
