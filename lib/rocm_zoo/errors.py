@@ -111,3 +111,9 @@ class TrainingRunning(RocmZooError):
     """A training is already running; MONAI Label answers a second train request with 429 too."""
 
     status = 429
+
+
+class NotOnThisServer(RocmZooError):
+    """What the route reports needs a program or device this server does not have (e.g. `nvidia-smi`)."""
+
+    status = 501

@@ -23,7 +23,7 @@ from rocm_zoo.engine import streams
 from rocm_zoo.engine.scheduler import Priority
 from rocm_zoo.engine.volume_check import VolumeBudget, check_volume, set_budget
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
-from rocm_zoo.server import (access, answers, auth, batch_routes, http_errors, request_stages, routes,
+from rocm_zoo.server import (access, answers, auth, batch_routes, device_route, http_errors, request_stages, routes,
                              train_routes, upload_routes, uploads)
 from rocm_zoo.server import dicom_proxy
 from rocm_zoo.server.batch import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images
@@ -123,6 +123,7 @@ class MyApp(MONAILabelApp):
             train_routes.install(web, self.training)
             # Log in beyond loopback (local users or Keycloak); after every route of ours exists, so roles apply.
             self.auth_mode = auth.install(web, self.zoo.config, self.app_dir)
+            device_route.install(web)  # GET /logs/gpu on a server without nvidia-smi
             # Last, over every route: no JSON answer names a server path (studies files by their names in the folder).
             answers.install(web, lambda: (self.studies, self.app_dir))
         if self.zoo.config.warmup:
