@@ -66,8 +66,10 @@ def describe(base_url: str, error: Exception, connect_s: float, read_s: float, w
         bound = why or f"pacs_read_timeout_s = {read_s:g} s"
         return PacsNoAnswer(f"The PACS at {base_url} did not answer within {read_s:.3g} s ({bound}); "
                             "try again once it answers")
-    reason = _os_reason(error) or first_line(error)
-    return PacsUnreachable(f"The PACS at {base_url} cannot be reached ({reason}); try again once it is up")
+    reason = f"cannot be reached ({_os_reason(error) or first_line(error)})"
+    unreachable = PacsUnreachable(f"The PACS at {base_url} {reason}; try again once it is up")
+    unreachable.reason = reason  # for a caller that words its own message (the datastore's retries)
+    return unreachable
 
 
 def _os_reason(error: BaseException) -> str:

@@ -216,7 +216,8 @@ class SegDicomWebDatastore(AtomicLocalDatastore, DICOMWebDatastore):
                 raise ImageNotFound(f"Series {image_id} is not in the PACS at {self._client.base_url} "
                                     f"(deleted?)") from e
             time.sleep(PACS_RETRY_S * (attempt + 1))
-        raise PacsUnavailable(f"The PACS at {self._client.base_url} does not answer ({what}: {first_line(last)}); "
+        reason = getattr(last, "reason", None) or first_line(last)
+        raise PacsUnavailable(f"The PACS at {self._client.base_url} does not answer ({what}: {reason}); "
                               f"tried {PACS_ATTEMPTS} times. Retry once it is back.")
 
     def _remove_local(self, image_id: str) -> None:
