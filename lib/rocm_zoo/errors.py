@@ -114,6 +114,7 @@ class TrainingRunning(RocmZooError):
 
 
 class NotOnThisServer(RocmZooError):
-    """What the route reports needs a program or device this server does not have (e.g. `nvidia-smi`)."""
+    """What the route reports does not exist here: it needs a program or device this server does not have (e.g.
+    `nvidia-smi`). A 404, not a 5xx: nothing failed, and nothing will change by asking again."""
 
-    status = 501
+    status = 404

@@ -1,4 +1,4 @@
-"""GET /logs/gpu on a server without nvidia-smi or rocm-smi: 501 with the reason, not a 500 (units, no server)."""
+"""GET /logs/gpu on a server without nvidia-smi or rocm-smi: 404 with the reason, not a 500 (units, no server)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from fastapi.testclient import TestClient
 from rocm_zoo.server import device_route, http_errors
 
 
-def test_no_gpu_tool_is_a_501_that_says_so(monkeypatch):
+def test_no_gpu_tool_is_a_404_that_says_so(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     web = FastAPI()
     device_route.install(web)
     http_errors.install(web)
     r = TestClient(web, raise_server_exceptions=False).get("/logs/gpu")
-    assert r.status_code == 501 and "nvidia-smi" in r.json()["detail"], r.text
+    assert r.status_code == 404 and "nvidia-smi" in r.json()["detail"], r.text
 
 
 def test_the_tool_answers_as_text(monkeypatch, tmp_path):
