@@ -67,12 +67,6 @@ class AlreadyExists(RocmZooError):
     status = 409
 
 
-class DiskFull(RocmZooError):
-    """The server's disk (or quota) is full; what was stored before is intact."""
-
-    status = 507
-
-
 class PacsUnavailable(RocmZooError):
     """The DICOMweb PACS did not answer (down, or refusing); the request can be retried once it is back."""
 

@@ -59,6 +59,7 @@ INTERACTIVE_TYPES = ("deepedit", "deepgrow", "vista3d")
 def install(web: FastAPI, service: RequestService, task_type: Callable[[str], str],
             readiness: Callable[[], tuple[bool, dict[str, Any]]]) -> None:
     switch_off(web.router)
+    web.openapi_schema = None  # the schema is built again from the routes as served (one made earlier is stale)
     run_blocking_handlers_in_threads(web)
     _put_first(web, lambda: _install_infer(web, service, task_type))
     _put_first(web, lambda: _install_health(web, readiness))
