@@ -1,10 +1,12 @@
 """Issue 31, item 7, against the real server: no route runs a model outside the request queues. MONAI Label's WSI
 inference (`/infer/wsi*`) is gone: it answers the same 404 whatever the image names, an existing server file or not
 (it was a file-existence oracle), and 14 concurrent calls run nothing. Scoring (which started the app again in a
-subprocess per call) takes no POST; the schema lists neither."""
+subprocess per call) takes no POST; the schema lists neither. Nor can a client overwrite or delete the served weights
+(MONAI Label's `PUT` and `DELETE /model/{model}`): weights change through trainings and rollbacks only."""
 
 from __future__ import annotations
 
+import hashlib
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -62,3 +64,17 @@ def test_active_learning_still_answers_through_its_bound(srv):
         r = requests.post(f"{srv.url}/activelearning/{strategy}", json={}, timeout=60)
         assert r.status_code == 200 and r.json().get("id"), r.text
     assert requests.post(f"{srv.url}/activelearning/no_such", json={}, timeout=60).status_code == 404
+
+
+def test_served_weights_cannot_be_overwritten_or_deleted_over_http(srv, sample_env):
+    weights = sample_env.app_dir / "model" / "wholeBody_ct_segmentation" / "models" / "model.pt"
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    r = requests.put(f"{srv.url}/model/{secure_server.MODEL}", files={"file": ("model.pt", b"not weights")}, timeout=30)
+    assert r.status_code == 405, r.text
+    assert requests.delete(f"{srv.url}/model/{secure_server.MODEL}", timeout=30).status_code == 405
+    assert hashlib.sha256(weights.read_bytes()).hexdigest() == digest
+    paths = requests.get(f"{srv.url}/openapi.json", timeout=30).json()["paths"]
+    assert set(paths["/model/{model}"]) == {"get"}
+    r = requests.post(f"{srv.url}/infer/{secure_server.MODEL}", params={"image": "phantom_test0", "output": "json"},
+                      timeout=600)
+    assert r.status_code == 200, r.text[:300]  # the model still serves

@@ -27,7 +27,7 @@ OPEN = {("GET", "/auth/"), ("POST", "/auth/token"), ("GET", "/health/live"), ("G
 ADMIN_ONLY = [("DELETE", "/datastore/image", {"id": IMAGE}), ("DELETE", "/datastore/label", {"id": IMAGE, "tag": "x"}),
               ("POST", "/batch/infer/wholeBody_ct", {}), ("DELETE", "/batch/infer", {}),
               ("POST", "/train/wholeBody_ct", {}), ("DELETE", "/train/", {}), ("GET", "/logs/", {}),
-              ("PUT", "/model/wholeBody_ct", {}), ("DELETE", "/model/wholeBody_ct", {}), ("POST", "/reload", {})]
+              ("GET", "/model/wholeBody_ct", {}), ("POST", "/reload", {})]
 
 
 @pytest.fixture(scope="module")

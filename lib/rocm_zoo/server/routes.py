@@ -52,6 +52,10 @@ SWITCHED_OFF = {
         "scoring: no scoring method is served; each call started the app again in a subprocess",
     ("monailabel.endpoints.proxy", ALL_METHODS):
         "DICOMweb proxy: replaced by rocm_zoo.server.dicom_proxy (timeouts, off the event loop)",
+    ("monailabel.endpoints.model", frozenset({"PUT", "DELETE"})):
+        "model upload and delete: the upload copied any bytes over the served weights file (not atomic, not checked "
+        "against the network, not kept for rollback) and the delete left the model without weights; weights change "
+        "through trainings and `rocm-zoo models rollback` (rocm_zoo.training.checkpoints)",
 }
 INTERACTIVE_TYPES = ("deepedit", "deepgrow", "vista3d")
 

@@ -4,9 +4,11 @@ MONAI Label's roles, lowest first: user (read the datastore, infer), annotator (
 labels and their info), admin (images, models, everyone's work: train, batch, logs). A role holds the ones below
 it. Routes keep their `Depends(RBAC(role))`; each RBAC object is replaced (FastAPI dependency overrides) by one
 that asks for the role of ROUTE_ROLES, which is tighter than MONAI Label's own in places (uploading images, image
-info, model weights, the dataset zip, stopping scoring, a session upload, STOW to the PACS through the proxy).
+info, downloading model weights, the dataset zip, stopping scoring, a session upload, STOW to the PACS through the
+proxy).
 `final` labels need the reviewer role, in routes of ours (saving one, and changing its info). The routes that
-`rocm_zoo.server.routes.SWITCHED_OFF` removes (WSI inference, running scoring) are not in the table.
+`rocm_zoo.server.routes.SWITCHED_OFF` removes (WSI inference, running scoring, uploading or deleting model weights)
+are not in the table.
 
 A route the table does not name keeps MONAI Label's check and is logged at start-up; the tests fail on it.
 """
@@ -54,9 +56,8 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("PUT", "/datastore/image"): "admin", ("PUT", "/datastore/"): "admin", ("DELETE", "/datastore/image"): "admin",
     ("DELETE", "/datastore/"): "admin", ("PUT", "/datastore/image/info"): "admin",
     ("DELETE", "/datastore/label"): "admin", ("GET", "/datastore/dataset"): "admin",
-    ("GET", "/model/{model}"): "admin", ("GET", "/model/info/{model}"): "admin", ("PUT", "/model/{model}"): "admin",
-    ("DELETE", "/model/{model}"): "admin", ("POST", "/batch/infer/{model}"): "admin",
-    ("DELETE", "/batch/infer"): "admin", ("POST", "/train/"): "admin", ("POST", "/train/{model}"): "admin",
+    ("GET", "/model/{model}"): "admin", ("GET", "/model/info/{model}"): "admin",
+    ("POST", "/batch/infer/{model}"): "admin", ("DELETE", "/batch/infer"): "admin", ("POST", "/train/"): "admin", ("POST", "/train/{model}"): "admin",
     ("DELETE", "/train/"): "admin", ("DELETE", "/scoring/"): "admin", ("GET", "/logs/"): "admin",
     ("GET", "/logs/gpu"): "admin", ("POST", "/reload"): "admin",
     # writing to the PACS with the server's credentials (STOW-RS through the proxy)
