@@ -100,15 +100,25 @@ def _filled(path: str, ids: dict[str, str]) -> str:
     return re.sub(r"\{([^}:]+)(?::path)?\}", lambda m: ids.get(m.group(1), "x"), path)
 
 
-def _query(op: dict, ids: dict[str, str]) -> list[dict]:
+def _enum(schema: dict, components: dict) -> list | None:
+    """The values of an enum parameter (inline, behind a $ref, or in an anyOf with null)."""
+    for s in [schema] + schema.get("anyOf", []):
+        if "$ref" in s:
+            s = components.get(s["$ref"].rsplit("/", 1)[-1], {})
+        if s.get("enum"):
+            return s["enum"]
+    return None
+
+
+def _query(op: dict, ids: dict[str, str], components: dict) -> list[dict]:
     """Query parameters for one call per value of an enum (e.g. `output`), ids for the rest."""
     params: dict = {}
     variants = [{}]
     for p in op.get("parameters", []):
         if p.get("in") != "query":
             continue
-        name, schema = p["name"], p.get("schema", {})
-        enum = schema.get("enum") or next((s.get("enum") for s in schema.get("anyOf", []) if s.get("enum")), None)
+        name = p["name"]
+        enum = _enum(p.get("schema", {}), components)
         if enum:
             variants = [{**v, name: e} for v in variants for e in enum]
         elif name in ids:
@@ -154,10 +164,11 @@ def test_no_answer_names_a_server_path(srv, tmp_path):
         op = item.get("get")
         if op is None:
             continue
-        for params in _query(op, ids):
+        for params in _query(op, ids, schema.get("components", {}).get("schemas", {})):
             walk.call("GET", _filled(path, ids), params=params)
             gets += 1
     assert gets > 15, gets
+    assert any("'output': 'train'" in c for c in walk.checked), walk.checked  # every output of /datastore/
     for path in HIDDEN_GETS:
         walk.call("GET", path)
     for who in ("ann", "rev"):
