@@ -235,6 +235,33 @@ def test_keep_private(tmp_path):
     assert (logs / "app.log").stat().st_mode & 0o777 == 0o600 and secret.stat().st_mode & 0o777 == 0o600
 
 
+def test_keep_private_leaves_what_is_not_the_servers_own_file_alone(tmp_path):
+    """A log handler writing to /dev/null, and a log that is a link to a shared file: a server running as root once
+    made /dev/null 0600 for everyone (apt then failed)."""
+    import logging
+    import os
+
+    from rocm_zoo.server.auth import keep_private
+
+    shared = tmp_path / "shared.log"
+    shared.write_text("someone else's")
+    shared.chmod(0o644)
+    logs = tmp_path / "app" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "app.log").symlink_to(shared)
+    devnull_mode = os.stat(os.devnull).st_mode
+    handler = logging.FileHandler(os.devnull)
+    logging.getLogger("rocm_zoo.test_keep_private").addHandler(handler)
+    try:
+        keep_private(tmp_path / "app")
+        assert os.stat(os.devnull).st_mode == devnull_mode
+    finally:
+        logging.getLogger("rocm_zoo.test_keep_private").removeHandler(handler)
+        handler.close()
+        os.chmod(os.devnull, devnull_mode & 0o7777)
+    assert shared.stat().st_mode & 0o777 == 0o644 and logs.stat().st_mode & 0o777 == 0o700
+
+
 # --- item 4: the route x role table ---------------------------------------------------------------------------------
 
 def test_readme_shows_the_route_roles_in_force():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Optional
 
@@ -59,8 +60,12 @@ def keep_private(app_dir: str | Path, files: tuple[Path, ...] = ()) -> None:
         targets += [Path(h.baseFilename) for h in lg.handlers if getattr(h, "baseFilename", None)]
     for path, mode in [(logs, 0o700)] + [(p, 0o600) for p in (*targets, *files)]:
         try:
-            if path.exists() and path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o777 != mode:
-                os.chmod(path, mode)
+            # Only the server's own regular files and its logs folder, never through a link: a handler may write to
+            # /dev/null or a shared file, and a root server must not take those away from everyone else.
+            info = path.lstat() if os.path.lexists(path) else None
+            kind_ok = info is not None and (stat.S_ISDIR(info.st_mode) if mode == 0o700 else stat.S_ISREG(info.st_mode))
+            if kind_ok and info.st_uid == os.getuid() and info.st_mode & 0o777 != mode:
+                os.chmod(path, mode, follow_symlinks=False)
         except OSError as e:
             logger.warning("rocm_zoo auth: could not make %s private: %s", path.name, e)
 
