@@ -1,6 +1,7 @@
 """The overlay (bf16 autocast, channels_last_3d, GEMM transpose, torch.compile) against the fp32 eager bundle on the
 same input, through the same pool the server uses, for each of the five sample bundles on its trained tiny weights: the
-segmentation may only change by what bf16 rounding explains."""
+segmentation may only change by what bf16 rounding explains. (On a CPU without native bf16 the overlay runs in fp32 and
+only its layout and compiled graph are compared.)"""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 
 from rocm_zoo.samples import phantom
 from rocm_zoo.bench.network import dice_per_label, variants
+from rocm_zoo.engine.backend import detect_backend
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, overlay_path
 from rocm_zoo.engine.pool import NetworkPool, NetworkSpec, compiled_graphs
 from rocm_zoo.registry import BUNDLES
@@ -55,7 +57,11 @@ def test_overlay_matches_fp32_eager_on_a_phantom(sample_env, bundle, tmp_path):
     baseline = pool.get(NetworkSpec(bundle_dir, entry.config, entry.weights, (overlay, plain), "cpu"))
     fast = pool.get(NetworkSpec(bundle_dir, entry.config, entry.weights, (overlay,), "cpu"))
     assert baseline.info()["compiled"] is False and baseline.info()["dtype"] == "float32"
-    assert fast.info()["compiled"] is True and fast.info()["dtype"] == "bfloat16"
+    # bf16 where the CPU has it natively (AVX512-BF16 or AMX); elsewhere the backend keeps fp32 (its logged fallback)
+    # and this checks the layout and the compiled graph alone: bf16 rounding is then checked on CPUs that have it and
+    # on the GPU (benchmarks/device-bench-tiny.sh).
+    native_bf16 = detect_backend("cpu").bf16
+    assert fast.info()["compiled"] is True and fast.info()["dtype"] == ("bfloat16" if native_bf16 else "float32")
     for workload in workloads_for(bundle):
         p = prepare(bundle_dir, workload, phantom.test_specs()[0])
         ref = workload.run(p.inferer, baseline, p.batch, p.data)
