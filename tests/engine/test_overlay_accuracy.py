@@ -1,7 +1,8 @@
 """The overlay (bf16 autocast, channels_last_3d, GEMM transpose, torch.compile) against the fp32 eager bundle on the
 same input, through the same pool the server uses, for each of the five sample bundles on its trained tiny weights: the
-segmentation may only change by what bf16 rounding explains. (On a CPU without native bf16 the overlay runs in fp32 and
-only its layout and compiled graph are compared.)"""
+segmentation may only change by what bf16 rounding explains. On a CPU without native bf16 the overlay runs in fp32 and
+there is no rounding to show: skipped there (allowed in CI, tests/conftest.py); the GPU shows it too
+(benchmarks/device-bench-tiny.sh)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ SAMPLED = [name for name, entry in BUNDLES.items() if entry.sample]
 # Per label, overlay vs fp32 eager. A label of a few voxels has a Dice that one flipped voxel moves by tens of
 # percent: below this size it is reported, not held to the bound.
 MIN_LABEL_VOXELS = 200
+NO_NATIVE_BF16 = "bf16 rounding is shown only on a CPU with native bf16 (AVX512-BF16 or AMX)"
 
 
 def prompts_learnt_classes_only(bundle: str, prompt) -> bool:
@@ -48,6 +50,8 @@ def test_overlay_matches_fp32_eager_on_a_phantom(sample_env, bundle, tmp_path):
     window over the study, VISTA3D's class prompt and "everything"), on a test phantom no training saw. The baseline
     is the overlay with every optimisation off, as `rocm-zoo bench` runs it: fp32, contiguous, eager, with the
     overlay's compatibility fixes (SwinUNETR's bundle does not load on current MONAI without them)."""
+    if not detect_backend("cpu").bf16:  # the backend keeps fp32 there (its logged fallback): no bf16 to compare
+        pytest.skip(NO_NATIVE_BF16)
     bundle_dir = sample_env.paths.model_dir / bundle
     entry = BUNDLES[bundle]
     overlay = overlay_path(OVERLAYS_DIR, bundle)
@@ -57,11 +61,7 @@ def test_overlay_matches_fp32_eager_on_a_phantom(sample_env, bundle, tmp_path):
     baseline = pool.get(NetworkSpec(bundle_dir, entry.config, entry.weights, (overlay, plain), "cpu"))
     fast = pool.get(NetworkSpec(bundle_dir, entry.config, entry.weights, (overlay,), "cpu"))
     assert baseline.info()["compiled"] is False and baseline.info()["dtype"] == "float32"
-    # bf16 where the CPU has it natively (AVX512-BF16 or AMX); elsewhere the backend keeps fp32 (its logged fallback)
-    # and this checks the layout and the compiled graph alone: bf16 rounding is then checked on CPUs that have it and
-    # on the GPU (benchmarks/device-bench-tiny.sh).
-    native_bf16 = detect_backend("cpu").bf16
-    assert fast.info()["compiled"] is True and fast.info()["dtype"] == ("bfloat16" if native_bf16 else "float32")
+    assert fast.info()["compiled"] is True and fast.info()["dtype"] == "bfloat16"
     for workload in workloads_for(bundle):
         p = prepare(bundle_dir, workload, phantom.test_specs()[0])
         ref = workload.run(p.inferer, baseline, p.batch, p.data)

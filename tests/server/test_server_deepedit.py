@@ -121,12 +121,17 @@ def test_bad_requests_get_a_clear_4xx_and_the_server_keeps_serving(server, model
 def test_corrupt_upload_is_refused_and_stored_data_is_untouched(server, sample_env, tmp_path):
     good = sample_env.image_path("phantom_test1")
     stored_before = good.read_bytes()
-    corrupt = tmp_path / "phantom_test1.nii.gz"
-    corrupt.write_bytes(stored_before[: len(stored_before) // 3])  # a truncated upload of a real study
-    r = requests.put(f"{server}/datastore/", params={"image": "phantom_test1"},
-                     files={"file": (corrupt.name, corrupt.read_bytes()), "params": (None, "{}")})
+    truncated = stored_before[: len(stored_before) // 3]  # a truncated upload of a real study
+    r = requests.put(f"{server}/datastore/", params={"image": "phantom_test1_again"},
+                     files={"file": ("phantom_test1_again.nii.gz", truncated), "params": (None, "{}")})
     assert r.status_code == 422, r.text
-    assert "not a readable volume" in r.json()["detail"]
+    assert "truncated" in r.json()["detail"] or "not a readable volume" in r.json()["detail"], r.text
+    assert "phantom_test1_again" not in requests.get(f"{server}/datastore/", params={"output": "all"}).json()["objects"]
+    # an upload under a stored study's id never replaces it, whole or not (409: its labels lie on those pixels)
+    for data in (truncated, stored_before):
+        r = requests.put(f"{server}/datastore/", params={"image": "phantom_test1"},
+                         files={"file": ("phantom_test1.nii.gz", data), "params": (None, "{}")})
+        assert r.status_code == 409, r.text
     assert good.read_bytes() == stored_before
     r = requests.put(f"{server}/datastore/", params={"image": "garbage"},
                      files={"file": ("garbage.nii.gz", b"not a volume"), "params": (None, "{}")})
