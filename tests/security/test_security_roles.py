@@ -55,7 +55,7 @@ def test_every_route_has_a_decided_role(srv):
 def test_an_annotator_is_refused_every_route_above_its_role(srv):
     ann = srv.headers("ann")
     above = [(m, p) for (m, p), role in ROUTE_ROLES.items() if role != OPEN and ROLES.index(role) > 1]
-    assert ("PUT", "/datastore/image") in above and len(above) >= 20
+    assert ("PUT", "/datastore/image") in above and len(above) >= 18  # model upload and delete are switched off
     for method, path in above:
         r = requests.request(method, srv.url + _filled(path), headers=ann, timeout=60)
         assert r.status_code in (403, 404, 405), f"{method} {path} as an annotator: {r.status_code} {r.text[:200]}"
