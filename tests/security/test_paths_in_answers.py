@@ -176,3 +176,17 @@ def test_no_answer_names_a_server_path(srv, tmp_path):
     assert walk.call("DELETE", f"/session/{session_id}", "ann").status_code == 200
     print(f"{len(walk.checked)} answers checked")
     assert not walk.found, "server paths in answers:\n" + "\n".join(dict.fromkeys(walk.found))
+
+
+def test_the_viewers_files_arrive_as_packaged(srv):
+    """OHIF's page, scripts and styles are the monailabel package's own: sent byte for byte, never cleaned (a rewrite
+    of the `/`-led strings in its bundles left the viewer blank)."""
+    import monailabel
+
+    ohif = Path(monailabel.__file__).parent / "endpoints" / "static" / "ohif"
+    files = ["index.html", "app-config.js", sorted(p.name for p in ohif.glob("*.bundle.*.js"))[0],
+             sorted(p.name for p in ohif.glob("*.css"))[0]]
+    for name in files:
+        r = requests.get(f"{srv.url}/ohif/{name}", headers=srv.headers("ann"), timeout=60)
+        assert r.status_code == 200, (name, r.status_code)
+        assert r.content == (ohif / name).read_bytes(), f"/ohif/{name} differs from the packaged file"

@@ -69,9 +69,17 @@ def infer_params(body: str) -> dict:
 
 
 def open_study(page, server_url: str, study: str, series_description: str) -> np.ndarray:
-    """Opens the study in OHIF's MONAI Label mode and waits for the CT slice; returns the axial viewport's pixels."""
+    """Opens the study in OHIF's MONAI Label mode and waits for the CT slice; returns the axial viewport's pixels.
+    If the slice never shows, the error names the page's requests that failed."""
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.request.method} {r.url}") if r.status >= 400 else None)
+    page.on("requestfailed", lambda r: failed.append(f"failed ({r.failure}) {r.method} {r.url}"))
+    page.on("console", lambda m: failed.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.goto(f"{server_url}/ohif/monai-label?StudyInstanceUIDs={study}")
-    page.wait_for_selector("[data-viewport-uid] canvas", timeout=TIMEOUT_MS)
+    try:
+        page.wait_for_selector("[data-viewport-uid] canvas", timeout=TIMEOUT_MS)
+    except Exception as e:
+        raise AssertionError("OHIF showed no slice; what failed on the page:\n" + "\n".join(failed[:40])) from e
     banner = page.get_by_text("Confirm and Hide")
     if banner.count():
         banner.first.click()

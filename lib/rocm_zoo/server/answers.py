@@ -9,7 +9,9 @@ exists (`install`):
   as it does from any remote server, instead of opening a file on its own disk of that name;
 - any other string that is a server path becomes its name inside the studies folder (`labels/final/ct_1.nii.gz`),
   or its file name if it is elsewhere; paths inside text are reduced to file names (`access.redact`);
-- text answers (`/logs/`) the same way; files, streams and multipart answers (`/infer`'s label) pass as they are.
+- plain-text answers (`/logs/`) the same way; files, streams and multipart answers (`/infer`'s label) pass as they
+  are, and so do the viewer's files (`/ohif/`: HTML, JavaScript, CSS), which are the package's own and which a
+  rewrite would break (OHIF's bundles are full of `/`-led strings).
 Viewers read ids, names, labels and models from these answers, never a server path.
 """
 
@@ -80,17 +82,21 @@ def cleaned_result(result: Any, roots: tuple[str, ...]) -> Any:
         headers = {k: v for k, v in result.headers.items() if k.lower() not in ("content-length", "content-type")}
         return JSONResponse(data, status_code=result.status_code, headers=headers, background=result.background)
     if isinstance(result, FileResponse):  # a server log (`GET /logs/?lines=0`) is text too; images are not
-        if not str(result.media_type or "").startswith("text/"):
+        if not is_plain_text(result):
             return result
         with open(result.path, errors="replace") as f:
             return Response(clean_text(f.read(), roots), media_type=result.media_type, background=result.background)
     if isinstance(result, Response):
-        if str(result.media_type or "").startswith("text/") and isinstance(getattr(result, "body", None), bytes):
+        if is_plain_text(result) and isinstance(getattr(result, "body", None), bytes):
             headers = {k: v for k, v in result.headers.items() if k.lower() not in ("content-length", "content-type")}
             return Response(clean_text(result.body.decode(errors="replace"), roots), status_code=result.status_code,
                             headers=headers, media_type=result.media_type, background=result.background)
         return result
     return clean(jsonable_encoder(result), roots)
+
+
+def is_plain_text(result: Response) -> bool:
+    return str(result.media_type or "").split(";")[0].strip() == "text/plain"
 
 
 def _cleaning(endpoint: Callable[..., Any], roots: Callable[[], tuple[str, ...]]) -> Callable[..., Any]:
