@@ -16,12 +16,12 @@ import torch
 
 from rocm_zoo.samples import phantom
 from rocm_zoo.bench.network import dice_per_label, variants
-from rocm_zoo.engine.backend import detect_backend
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, overlay_path
 from rocm_zoo.engine.pool import NetworkPool, NetworkSpec, compiled_graphs
 from rocm_zoo.registry import BUNDLES
 from rocm_zoo.bench.workloads import prepare, workloads_for
 from rocm_zoo.samples.train_bundle import sample_training
+from zoo_test_support import skip_without_native_bf16
 
 
 pytestmark = pytest.mark.slow
@@ -30,7 +30,6 @@ SAMPLED = [name for name, entry in BUNDLES.items() if entry.sample]
 # Per label, overlay vs fp32 eager. A label of a few voxels has a Dice that one flipped voxel moves by tens of
 # percent: below this size it is reported, not held to the bound.
 MIN_LABEL_VOXELS = 200
-NO_NATIVE_BF16 = "bf16 rounding is shown only on a CPU with native bf16 (AVX512-BF16 or AMX)"
 
 
 def prompts_learnt_classes_only(bundle: str, prompt) -> bool:
@@ -50,8 +49,7 @@ def test_overlay_matches_fp32_eager_on_a_phantom(sample_env, bundle, tmp_path):
     window over the study, VISTA3D's class prompt and "everything"), on a test phantom no training saw. The baseline
     is the overlay with every optimisation off, as `rocm-zoo bench` runs it: fp32, contiguous, eager, with the
     overlay's compatibility fixes (SwinUNETR's bundle does not load on current MONAI without them)."""
-    if not detect_backend("cpu").bf16:  # the backend keeps fp32 there (its logged fallback): no bf16 to compare
-        pytest.skip(NO_NATIVE_BF16)
+    skip_without_native_bf16()
     bundle_dir = sample_env.paths.model_dir / bundle
     entry = BUNDLES[bundle]
     overlay = overlay_path(OVERLAYS_DIR, bundle)

@@ -19,6 +19,7 @@ from rocm_zoo.samples import phantom
 from rocm_zoo.engine.masks import central_voxel, dice
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, bundle_on_path, load_config, read_settings, submodules_to_compile
 from rocm_zoo.samples.bundles import vista3d, write_sample_bundle
+from zoo_test_support import skip_without_native_bf16
 
 OVERLAY = OVERLAYS_DIR / vista3d.NAME / "inference_rocm.json"
 VISTA_SPLEEN = 3  # VISTA3D's global class id for the spleen
@@ -74,6 +75,7 @@ def test_bundle_run_fp32_baseline(sample, fp32_label):
 
 @pytest.mark.slow
 def test_bundle_run_with_the_overlay_matches_fp32(sample, fp32_label):
+    skip_without_native_bf16()  # the compiled overlay through `monai bundle run` is also the clicks test's path
     label = _run_bundle(sample, ["configs/inference.json", "configs/inference_rocm.json"],
                         {"label_prompt": [VISTA_SPLEEN]}, sample.root / "out_rocm")
     assert label.shape == SPEC.shape

@@ -24,6 +24,7 @@ from zoo_test_support import monailabel_server
 pytestmark = pytest.mark.slow
 
 REQUEST_TIMEOUT_S = 20
+IDLE_S = 4.0  # how long the batch's own pace is measured while nobody clicks
 # A field of view of 84 x 84 x 69 cm: the tiny wholeBody_ct (4 mm, 48^3 windows) needs well over the deadline on a CPU
 # (60 x 60 x 45 cm took 12.6 s once served networks stopped requiring grad).
 WIDE = phantom.PhantomSpec("wide_fov", (280, 280, 230), (3.0, 3.0, 3.0), seed=4_242)
@@ -223,8 +224,10 @@ def test_a_batch_steps_aside_while_clicks_are_in_progress_and_goes_on_between_th
     try:
         wait_for(lambda: batch_turns(url)["served"] > 2, "the batch's sliding window runs", timeout_s=120)
         idle_from, idle_start = batch_turns(url)["served"], time.perf_counter()
-        time.sleep(2.0)
-        idle_rate = (batch_turns(url)["served"] - idle_from) / (time.perf_counter() - idle_start)
+        time.sleep(IDLE_S)
+        idle = batch_turns(url)
+        idle_rate = (idle["served"] - idle_from) / (time.perf_counter() - idle_start)
+        idle_window_s = idle["mean_held_s"]
         # Two clinicians clicking back to back: a click is in progress all the time.
         stop = time.perf_counter() + 4.0
 
@@ -243,7 +246,11 @@ def test_a_batch_steps_aside_while_clicks_are_in_progress_and_goes_on_between_th
         assert requests.get(f"{url}/batch/infer", timeout=5).json()["state"] == "running"
     finally:
         requests.delete(f"{url}/batch/infer", timeout=30)  # it stops after the study it is on
-    assert idle_rate * 2.0 >= 4, f"the batch ran only {idle_rate:.1f} window batches a second while nobody asked"
+    # While nobody asks, the batch holds the device most of the time (a window batch takes 0.3-1 s on a 2-core CPU,
+    # and a garbage collection or a transform between them is not its turn).
+    busy_share = idle_rate * idle_window_s
+    assert busy_share >= 0.5, (f"the batch held the device {busy_share:.0%} of {IDLE_S:g} s while nobody asked "
+                               f"({idle_rate:.1f} window batches a second of {idle_window_s:.2f} s)")
     # The batch takes no turn while a click is in progress: at most the one each clinician's first click found it in.
     assert busy_turns <= 2, f"{busy_turns} batch turns during 4 s of clicks ({clicks}); {idle_rate:.1f} a second idle"
     # Two clinicians share two cores here: each click at most twice its time alone, plus one window batch.
