@@ -76,8 +76,9 @@ def test_the_proxy_passes_dicomweb_on_without_the_viewers_headers(srv, pacs):
                               "Accept": "application/dicom+json"})
     assert r.status_code == 200 and r.json() == [], r.text
     asked = pacs.asked[-1]
-    assert asked.path == "/dicom-web/studies"  # as MONAI Label's proxy asked: the path alone
+    assert asked.path == "/dicom-web/studies?limit=1&includefield=all"
     assert "authorization" not in asked.headers and "cookie" not in asked.headers
+    assert asked.headers.get("accept") == "application/dicom+json"
     before = len(pacs.asked)
     r = requests.get(f"{srv.url}/proxy/dicom/wado/%2e%2e/%2e%2e/tools/reset", timeout=30)
     assert r.status_code == 422 and len(pacs.asked) == before, r.text  # no way out of the DICOMweb prefix

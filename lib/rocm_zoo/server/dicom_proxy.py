@@ -5,9 +5,9 @@ MONAI Label 0.8.5 answers these with a blocking `requests` call made on the even
 hangs stops every route of the server, `/health/live` included. Here the call awaits (httpx, the event loop stays free),
 has the PACS's connect and read timeouts (`--conf pacs_connect_timeout_s`, `pacs_read_timeout_s`), streams the answer
 through instead of holding it whole, and a PACS that hangs or refuses is a 504 or a 503 with the reason. Also unlike
-MONAI Label's: the viewer's own headers (its bearer token for this server, its Host) never reach the PACS (a GET is
-sent as MONAI Label sends it, the path alone, without the viewer's query or headers; a STOW keeps its `Content-Type`,
-`Accept` and `Accept-Encoding`); paths with `.` or `..` segments are refused, so no call reaches the PACS's other APIs; POST is taken for STOW only.
+MONAI Label's: the viewer's own headers (its bearer token for this server, its Host) never reach the PACS, only
+`Accept`, `Accept-Encoding` and, for STOW, `Content-Type`; the query string is passed on (MONAI Label drops it); paths
+with `.` or `..` segments are refused, so no call reaches the PACS's other APIs; POST is taken for STOW only.
 Same paths and role as MONAI Label's (any logged-in user).
 """
 
@@ -76,12 +76,8 @@ class DicomProxy:
         return f"{self.base_url}/{target}" + (f"?{query}" if query else "")
 
     async def forward(self, request: Request, op: str, path: str) -> StreamingResponse:
-        # A GET reaches the PACS as MONAI Label's proxy sent it, which OHIF is known to work with: the path alone (no
-        # query, no viewer header; OHIF in chromium against Orthanc showed no study with OHIF's own query and Accept
-        # passed on); a STOW keeps its Content-Type.
-        url = self.url(op, path, "")
-        headers = {k: v for k, v in request.headers.items()
-                   if request.method == "POST" and k.lower() in FORWARDED_REQUEST_HEADERS}
+        url = self.url(op, path, request.url.query)
+        headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARDED_REQUEST_HEADERS}
         headers.setdefault("accept-encoding", "identity")
         headers.update(await _google_auth(self.base_url))
         body = await request.body() if request.method == "POST" else None
