@@ -71,6 +71,21 @@ def test_next_sample_random_first_and_most_uncertain(activelearning, sample_env)
     unlabelled = {CLEAN[1], STATIC, FAINT}
     r = next_sample(url, "random")
     assert r.status_code == 200 and r.json()["id"] in unlabelled, r.text
+    # Four viewers asking three times each, at once: within a second every unlabelled study has been offered, which
+    # gave MONAI Label's random strategy only zero weights (a 500). Each answers a study still to annotate.
+    answers: list[requests.Response] = []
+
+    def viewer() -> None:
+        for _ in range(3):
+            answers.append(next_sample(url, "random"))
+
+    viewers = [threading.Thread(target=viewer) for _ in range(4)]
+    for t in viewers:
+        t.start()
+    for t in viewers:
+        t.join(120)
+    assert len(answers) == 12 and all(a.status_code == 200 and a.json()["id"] in unlabelled for a in answers), \
+        [(a.status_code, a.text[:200]) for a in answers]
     r = next_sample(url, "first")
     assert r.status_code == 200 and r.json()["id"] == min(unlabelled), r.text
     r = next_sample(url, "no_such_strategy")

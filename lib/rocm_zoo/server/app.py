@@ -15,7 +15,6 @@ from pathlib import Path
 from monailabel.config import settings
 from monailabel.interfaces.app import MONAILabelApp
 from monailabel.tasks.activelearning.first import First
-from monailabel.tasks.activelearning.random import Random
 
 from rocm_zoo import __version__
 from rocm_zoo.dicomweb.pacs_http import PacsTimeouts
@@ -28,6 +27,7 @@ from rocm_zoo.server import (access, answers, auth, batch_routes, device_route, 
 from rocm_zoo.server import dicom_proxy
 from rocm_zoo.server.batch import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.server.datastore import CheckedLocalDatastore
+from rocm_zoo.server.random_strategy import RandomStrategy
 from rocm_zoo.server.request_queue import RequestService
 from rocm_zoo.server.training import Training
 from rocm_zoo.server.uncertainty import UncertaintyStrategy
@@ -68,7 +68,7 @@ class MyApp(MONAILabelApp):
         return dict(self.training.trainers)
 
     def init_strategies(self):
-        strategies = {"random": Random(), "first": First()}
+        strategies = {"random": RandomStrategy(), "first": First()}
         conf = self.zoo.config
         # The configured model, else the first automatic segmentation model served.
         model = conf.uncertainty_model or next(
