@@ -6,11 +6,17 @@
 # Full-size samples, untrained (seeded) weights, the spleen_10-shaped phantom through each bundle's own transforms;
 # Dice against the fp32 baseline. Carry .whl-engine (monai, nibabel, pytorch-ignite, einops wheels for Python 3.12).
 # Usage: bash benchmarks/device-compile-mode.sh [BUNDLE ...]   (default: spleen_deepedit_annotation
-#        wholeBody_ct_segmentation); RUNS / WARMUP override 20 / 5. bench.json and bench.md per bundle in $OUT.
+#        wholeBody_ct_segmentation); RUNS / WARMUP override 20 / 5, MODES the compile modes tried (default
+#        "max-autotune-no-cudagraphs max-autotune"). bench.json and bench.md per bundle in $OUT.
 set -euo pipefail
 source benchmarks/device-engine-setup.sh
 RUNS=${RUNS:-20}
 WARMUP=${WARMUP:-5}
+MODES=${MODES:-max-autotune-no-cudagraphs max-autotune}
+variants=()
+for mode in $MODES; do
+  variants+=(--variant "$mode={\"rocm_overlay#compile_mode\": \"$mode\"}")
+done
 bundles=("$@")
 [ ${#bundles[@]} -gt 0 ] || bundles=(spleen_deepedit_annotation wholeBody_ct_segmentation)
 python3 -c 'import torch; print("torch", torch.__version__, "cuDNN", torch.backends.cudnn.version(), torch.cuda.get_device_name())' \
@@ -20,9 +26,7 @@ for b in "${bundles[@]}"; do
   start=$(date +%s)
   sample_full "$b"
   python3 -m rocm_zoo.cli -v bench --bundle-dir "/tmp/zoo/model/$b" --out /tmp/bench-out --runs "$RUNS" \
-    --warmup "$WARMUP" \
-    --variant 'max-autotune-no-cudagraphs={"rocm_overlay#compile_mode": "max-autotune-no-cudagraphs"}' \
-    --variant 'max-autotune={"rocm_overlay#compile_mode": "max-autotune"}' 2>&1 | quiet | tee -a "$OUT/log.txt"
+    --warmup "$WARMUP" "${variants[@]}" 2>&1 | quiet | tee -a "$OUT/log.txt"
   cp "/tmp/bench-out/$b/bench.json" "$OUT/$b.json"
   cp "/tmp/bench-out/$b/bench.md" "$OUT/$b.md"
   echo "$b: $(( $(date +%s) - start )) s" | tee -a "$OUT/log.txt"

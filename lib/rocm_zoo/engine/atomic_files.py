@@ -1,8 +1,9 @@
 """Files that are either old or new, never torn: written to a temporary file beside the destination, flushed and
 fsynced, renamed over it, and the folder fsynced so the rename itself survives a power cut.
 
-The one writer for the server's datastore (images, labels, its index), the PACS store's pending labels, and weights and
-checkpoints (the training package); at the engine's level so that none of them needs the server.
+The one writer for the server's datastore (images, labels, its index), the PACS store's pending labels, weights and
+checkpoints (the training package), the record of what a model was trained on, the users file and the sample bundles;
+at the engine's level so that none of them needs the server.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import IO, Callable
-
-import torch
 
 PARTIAL = ".partial-"  # temporary files are .<name>.partial-XXXX beside their destination: a crash may leave one
 TEST_PAUSE_WRITE = "ROCM_ZOO_TEST_PAUSE_WRITE"  # test hook only: see _paused_for_test
@@ -34,6 +33,8 @@ def atomic_write_text(dest: Path, text: str) -> None:
 
 
 def atomic_torch_save(dest: Path, obj: object) -> None:
+    import torch  # here: the module's other writers (the users file, `rocm-zoo users`) need no torch
+
     atomic_write(dest, lambda out: torch.save(obj, out))
 
 

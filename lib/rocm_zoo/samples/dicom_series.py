@@ -13,6 +13,7 @@ import pydicom
 from pydicom.dataset import FileDataset, FileMetaDataset
 from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
 
+from rocm_zoo.engine.atomic_files import atomic_write
 from rocm_zoo.samples.phantom import Phantom
 
 _RAS_TO_LPS = np.diag([-1.0, -1.0, 1.0, 1.0])
@@ -80,9 +81,7 @@ def write_series(phantom: Phantom, folder: Path) -> list[Path]:
     files = []
     for ds in slice_datasets(phantom):
         path = folder / f"{ds.InstanceNumber:04d}.dcm"
-        tmp = path.with_suffix(".tmp")
-        ds.save_as(tmp, write_like_original=False)
-        tmp.replace(path)
+        atomic_write(path, lambda out, ds=ds: ds.save_as(out, write_like_original=False))
         files.append(path)
     return files
 

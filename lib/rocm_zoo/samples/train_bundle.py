@@ -30,6 +30,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
+from rocm_zoo.engine.atomic_files import atomic_torch_save
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, overlay_path
 from rocm_zoo.engine.scheduler import Priority, Work
 from rocm_zoo.registry import BUNDLES
@@ -84,12 +85,9 @@ def save_trained_weights(bundle: str, weights: dict[str, dict[str, torch.Tensor]
                          folder: Path | None = None) -> Path:
     """Into the package's weights (or `folder`), with the training's record."""
     path = trained_weights_file(bundle) if folder is None else Path(folder) / trained_weights_file(bundle).name
-    path.parent.mkdir(parents=True, exist_ok=True)
     half = {rel: {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
             for rel, state in weights.items()}
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"weights": half, "record": record}, tmp)
-    tmp.replace(path)
+    atomic_torch_save(path, {"weights": half, "record": record})
     return path
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from monai.data import partition_dataset
 
+from rocm_zoo.engine.atomic_files import atomic_write_text
 from rocm_zoo.errors import InvalidRequest
 
 FINAL = "final"
@@ -111,7 +112,4 @@ class TrainedOn:
             return None
 
     def write(self, fingerprint: list) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(fingerprint))
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, json.dumps(fingerprint))

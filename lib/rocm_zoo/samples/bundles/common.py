@@ -1,12 +1,11 @@
-"""What every sample bundle writer shares: atomic file writes and the mark that tells a sample from a real bundle."""
+"""What every sample bundle writer shares: file writes (the engine's atomic writer) and the mark that tells a sample from a real bundle."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-import torch
+from rocm_zoo.engine.atomic_files import atomic_torch_save, atomic_write_text
 
 SIZES = ("tiny", "full")
 # How metadata describes the committed tiny weights (rocm_zoo/samples/weights).
@@ -34,10 +33,7 @@ def is_sample(bundle_dir: Path) -> bool:
 
 
 def write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -45,7 +41,4 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def write_torch(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    atomic_torch_save(path, obj)

@@ -13,13 +13,13 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocm_zoo.engine.atomic_files import atomic_write_text
 from rocm_zoo.errors import InvalidRequest
 
 ROLES = ("annotator", "reviewer", "admin")
@@ -85,14 +85,7 @@ class UserFile:
             return self._users
 
     def _save(self, users: dict[str, dict]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"users": users}, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, json.dumps({"users": users}, indent=2))  # its temporary file is made 0600
 
     def list(self) -> list[LocalUser]:
         return [_user(n, u) for n, u in sorted(self._load().items())]
