@@ -10,6 +10,7 @@ import torch
 from monai.data import MetaTensor
 
 from rocm_zoo.engine.image_cache import ImageCache, file_identity
+from rocm_zoo.engine.lru import tensor_bytes
 
 KB = 1024
 
@@ -176,6 +177,12 @@ def test_size_counts_metatensor_bytes():
     cache = ImageCache(max_bytes=10 * KB)
     cache.get_or_make(("k",), Maker(lambda: {"image": MetaTensor(torch.zeros(1, 4, 4, 4)), "name": "x"}))
     assert cache.size_bytes() == 4 * 4 * 4 * 4  # float32; the string is not counted
+
+
+def test_tensor_bytes_counts_the_tensors_of_nested_outputs():
+    """The embedding cache's values are tuples of tensors and None (VISTA3D's encoder branches)."""
+    value = (torch.zeros(2, 3), None, [torch.zeros(4, dtype=torch.bfloat16)], {"a": MetaTensor(torch.zeros(5))}, "x")
+    assert tensor_bytes(value) == 2 * 3 * 4 + 4 * 2 + 5 * 4
 
 
 # --- file identity --------------------------------------------------------------------------------------------------

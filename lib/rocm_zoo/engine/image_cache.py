@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
-import threading
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from monai.transforms import (
@@ -24,8 +23,7 @@ from monai.transforms import (
     Spacingd,
 )
 
-from rocm_zoo.engine import streams
-from rocm_zoo.engine.lru import ByteLRU
+from rocm_zoo.engine.lru import StreamCache
 
 # Deterministic transforms that depend on the image alone: their output can be reused for every click on that image.
 IMAGE_ONLY_TRANSFORMS = (
@@ -53,10 +51,6 @@ def split_image_only(transforms, kinds: tuple = IMAGE_ONLY_TRANSFORMS) -> tuple[
     return list(transforms[:n]), list(transforms[n:])
 
 
-def _nbytes(value: Any) -> int:
-    return value.element_size() * value.nelement() if torch.is_tensor(value) else 0
-
-
 def fresh_copy(entry: dict) -> dict:
     """A copy the transforms may change freely: tensors cloned (with their meta and applied operations deep-copied),
     everything else deep-copied."""
@@ -73,41 +67,20 @@ def fresh_copy(entry: dict) -> dict:
     return out
 
 
-class ImageCache:
+class ImageCache(StreamCache[tuple, dict]):
     """Preprocessed images (dicts of tensors), least recently used first out beyond `max_bytes`; the newest is kept.
-    Every caller gets a fresh copy, so the cached entry is never changed. Clicks and other requests run on different
-    GPU streams (`engine.streams`): each entry keeps the event after which it is complete on the stream that made it."""
-
-    def __init__(self, max_bytes: int):
-        self._entries: ByteLRU[tuple, tuple[dict, Any]] = ByteLRU(
-            max_bytes, lambda kept: sum(_nbytes(v) for v in kept[0].values()))
-        self._count_lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    @property
-    def max_bytes(self) -> int:
-        return self._entries.max_bytes
+    Every caller gets a fresh copy, so the cached entry is never changed."""
 
     def get_or_make(self, key: tuple, make: Callable[[], dict], keep: bool = True) -> dict:
         """The cached entry for `key`, or `make()`'s, kept for next time unless `keep` is false."""
-        kept = self._entries.get(key)
-        if kept is not None:
-            with self._count_lock:
-                self.hits += 1
-            entry, made = kept
-            streams.use_here(entry, made)
+        entry = self.get(key)
+        if entry is not None:
             return fresh_copy(entry)
         entry = make()
-        with self._count_lock:
-            self.misses += 1
         if not keep:
             return entry
-        self._entries.put(key, (entry, streams.ready(entry)))
+        self.put(key, entry)
         return fresh_copy(entry)
-
-    def size_bytes(self) -> int:
-        return self._entries.size_bytes()
 
     def clear(self) -> None:
         self._entries.clear()

@@ -29,8 +29,7 @@ from typing import Any, Callable, Hashable, Iterator
 import torch
 from torch import nn
 
-from rocm_zoo.engine import streams
-from rocm_zoo.engine.lru import ByteLRU
+from rocm_zoo.engine.lru import StreamCache
 from rocm_zoo.engine.pool import WarmNetwork
 from rocm_zoo.engine.scheduler import device_turn
 
@@ -40,50 +39,18 @@ from rocm_zoo.engine.scheduler import device_turn
 EMBEDDING_CACHE_BYTES = 4 * 2**30
 
 
-class EmbeddingCache:
+class EmbeddingCache(StreamCache[Hashable, Any]):
     """Least recently used submodule outputs (tensors, or tuples of tensors and None), bounded in bytes; the newest
-    entry is always kept."""
+    entry is always kept. Made by a click or a warm-up, on its stream, read on another's."""
 
     def __init__(self, max_bytes: int = EMBEDDING_CACHE_BYTES):
-        self._entries: ByteLRU[Hashable, Any] = ByteLRU(max_bytes, _nbytes)
-        self._count_lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    @property
-    def max_bytes(self) -> int:
-        return self._entries.max_bytes
-
-    def get(self, key: Hashable) -> Any:
-        kept = self._entries.get(key)
-        with self._count_lock:
-            if kept is None:
-                self.misses += 1
-            else:
-                self.hits += 1
-        if kept is None:
-            return None
-        value, made = kept
-        streams.use_here(value, made)  # made by a click or a warm-up, on its stream (engine.streams)
-        return value
-
-    def put(self, key: Hashable, value: Any) -> None:
-        self._entries.put(key, (value, streams.ready(value)))
-
-    def size_bytes(self) -> int:
-        return self._entries.size_bytes()
+        super().__init__(max_bytes)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def clear(self) -> None:
         self._entries.clear()
-
-
-def _nbytes(value: Any) -> int:
-    if isinstance(value, (tuple, list)):  # (encoder output, event); an encoder output: (point branch, label branch)
-        return sum(_nbytes(v) for v in value)
-    return value.element_size() * value.nelement() if torch.is_tensor(value) else 0
 
 
 def _tensors_mapped(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
