@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Iterator
 
@@ -63,3 +64,21 @@ def wait_all_warm(server: str, timeout_s: float = 900) -> dict:
             return warm
         time.sleep(2)
     pytest.fail(f"models still warming after {timeout_s} s: {warm}")
+
+
+class EagerNetwork:
+    """Stands in for the pool's WarmNetwork in unit tests: the module as `eager`, called without grad."""
+
+    backend = SimpleNamespace(device="cpu")  # where a predictor takes its device turn
+
+    def __init__(self, module):
+        self.eager = module
+
+    def __call__(self, x, *args, **kwargs):
+        import torch
+
+        with torch.no_grad():
+            return self.eager(x, *args, **kwargs)
+
+    def after_swap(self, hook) -> None:  # its weights are never swapped
+        pass

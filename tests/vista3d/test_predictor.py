@@ -3,29 +3,13 @@ class head, the point head's downsampling) the same logits; and its embedding ca
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from rocm_zoo.samples.bundles import vista3d
 from rocm_zoo.vista3d.predictor import CACHED_SUBMODULES, EmbeddingCache, VistaPredictor, route_window_caches
-
-
-class EagerNetwork:
-    """Stands in for the pool's WarmNetwork: the module as `eager`, called with the prompts."""
-
-    backend = SimpleNamespace(device="cpu")  # where the predictor takes its device turn
-
-    def __init__(self, module: torch.nn.Module):
-        self.eager = module
-
-    def __call__(self, x, *args, **kwargs):
-        with torch.no_grad():
-            return self.eager(x, *args, **kwargs)
-
-    def after_swap(self, hook) -> None:  # its weights are never swapped
-        pass
+from zoo_test_support import EagerNetwork
 
 
 def _network() -> EagerNetwork:

@@ -11,20 +11,7 @@ from rocm_zoo.engine.overlay import bundle_on_path, load_config
 from rocm_zoo.samples.bundles import vista3d, write_sample_bundle
 from rocm_zoo.vista3d import window as vista_window
 from rocm_zoo.vista3d.predictor import CACHED_SUBMODULES, CachingSubmodule, VistaPredictor
-
-
-class EagerNetwork:
-    """Stands in for the pool's WarmNetwork: the module as `eager`, called with the prompts."""
-
-    def __init__(self, module: torch.nn.Module):
-        self.eager = module
-
-    def __call__(self, x, *args, **kwargs):
-        with torch.no_grad():
-            return self.eager(x, *args, **kwargs)
-
-    def after_swap(self, hook) -> None:  # its weights are never swapped
-        pass
+from zoo_test_support import EagerNetwork
 
 
 @pytest.fixture

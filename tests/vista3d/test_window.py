@@ -17,6 +17,7 @@ from rocm_zoo.vista3d import reroutes
 from rocm_zoo.vista3d import window as vista_window
 from rocm_zoo.engine.overlay import bundle_on_path, load_config
 from rocm_zoo.samples.bundles import vista3d, write_sample_bundle
+from zoo_test_support import EagerNetwork
 
 ROI = [16, 16, 16]
 
@@ -80,23 +81,11 @@ def test_install_routes_the_bundle_inferer_module(tmp_path):
     assert monai_inferer.point_based_window_inferer is not vista_window.point_based_window_inferer  # MONAI's own stays
 
 
-class _Network:
-    def __init__(self, module):
-        self.eager = module
-
-    def __call__(self, x, *args, **kwargs):
-        with torch.no_grad():
-            return self.eager(x, *args, **kwargs)
-
-    def after_swap(self, hook) -> None:  # its weights are never swapped
-        pass
-
-
 def test_predictor_forwards_keep_the_allocator_cache(monkeypatch):
     emptied = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
     torch.manual_seed(0)
-    net = _Network(vista3d.build_network("tiny").eval())
+    net = EagerNetwork(vista3d.build_network("tiny").eval())
     x = torch.rand(1, 1, 64, 64, 64)
     prompts = dict(class_vector=torch.tensor([[3]]), transpose=True)
     net(x, **prompts)
