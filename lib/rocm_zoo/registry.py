@@ -1,6 +1,6 @@
 """The one registry of bundles and tasks. Importable without torch: it feeds the app, the CLI, /info, the warm-up, the
 benchmarks, the sample bundles and the tests. Adding a bundle is one `BundleEntry` (with its tasks) here plus its
-overlay file (apps/rocm_zoo/overlays/<bundle>/inference_rocm.json); everything else derives from this table."""
+overlay file (lib/rocm_zoo/engine/overlays/<bundle>/inference_rocm.json); everything else derives from this table."""
 
 from __future__ import annotations
 
