@@ -223,3 +223,14 @@ def test_each_task_warms_with_the_registry_requests_as_its_viewer_sends_them(tmp
     for name in registry.batch_models()[1:]:
         assert requests[name] == [{}]
     assert json.dumps(requests)  # what a client could send: plain JSON
+
+
+def test_the_default_model_of_each_kind_is_the_first_registered_one():
+    """What the benchmarks and the CLI use unless told another: Slicer's DeepEdit, OHIF's VISTA3D, and the first
+    automatic segmentation (spleen_deepedit_seg, registered before it, is interactive)."""
+    assert registry.default_task("deepedit") == "spleen_deepedit"
+    assert registry.default_task("vista3d") == "vista3d"
+    assert registry.default_task("segmentation") == "spleen_deepedit_seg"
+    assert registry.default_task("segmentation", interactive=False) == "wholeBody_ct"
+    with pytest.raises(ConfigError, match="no registered task of type 'deepgrow' \\(automatic\\)"):
+        registry.default_task("deepgrow", interactive=False)

@@ -626,7 +626,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--deepedit", type=int, default=2, help="DeepEdit clinicians, 3D Slicer clicks (default 2)")
     s.add_argument("--vista3d", type=int, default=1, help="VISTA3D clinicians, OHIF point prompts (default 1)")
     s.add_argument("--automatic", type=int, default=1, help="automatic requesters, back to back (default 1)")
-    s.add_argument("--automatic-model", default="wholeBody_ct", help="their model (default wholeBody_ct)")
+    automatic = registry.default_task("segmentation", interactive=False)
+    s.add_argument("--automatic-model", default=automatic, help=f"their model (default {automatic})")
     s.add_argument("--automatic-image", action="append", metavar="ID", help="study they segment, repeatable: "
                    "cycled (default: the first study)")
     s.add_argument("--bad", type=int, default=0, help="users sending requests the server must refuse: unknown "

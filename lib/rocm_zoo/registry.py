@@ -166,6 +166,16 @@ def batch_models() -> tuple[str, ...]:
     return tuple(name for name, t in TASKS.items() if t.kind == "segmentation")
 
 
+def default_task(kind: str, interactive: bool | None = None) -> str:
+    """The first registered task of this MONAI Label type (and interactive or automatic, when asked): the model the
+    benchmarks and the CLI use unless told another."""
+    for name, task in TASKS.items():
+        if task.kind == kind and interactive in (None, task.interactive):
+            return name
+    raise ConfigError(f"no registered task of type '{kind}'" + ("" if interactive is None else
+                                                               f" ({'interactive' if interactive else 'automatic'})"))
+
+
 def viewer_tasks(viewer: str, types: tuple[str, ...] = TASK_TYPES) -> tuple[str, ...]:
     """Tasks meant for `viewer` (of these MONAI Label types)."""
     return tuple(name for name, t in TASKS.items() if viewer in t.viewers and t.kind in types)

@@ -31,7 +31,8 @@ import numpy as np
 import requests
 
 from rocm_zoo.bench import load_report, load_stats
-from rocm_zoo.bench.load_plan import LoadBenchError, Mix, Phase, Study, Targets, check_loopback, phases
+from rocm_zoo.bench.load_plan import (AUTOMATIC_MODEL, DEEPEDIT_MODEL, VISTA3D_MODEL, LoadBenchError, Mix, Phase, Study,
+                                      Targets, check_loopback, phases)
 from rocm_zoo.bench.server_process import monailabel_server_process, wait_warm
 from rocm_zoo.bench.server_resources import RESOURCES, ResourceSampler, growth, listening_pid
 from rocm_zoo.registry import TASKS
@@ -83,7 +84,7 @@ def make_targets(url: str, truth_dir: Path, images: list[str] | None, automatic_
     """What the users ask, from the server's datastore and /info (the models must be there), and that /info."""
     info = requests.get(f"{url}/info/", timeout=30).json()
     models = info.get("models", {})
-    wanted = {"deepedit": "spleen_deepedit", "vista3d": "vista3d", "automatic": automatic_model, "bad": None,
+    wanted = {"deepedit": DEEPEDIT_MODEL, "vista3d": VISTA3D_MODEL, "automatic": automatic_model, "bad": None,
               "hostile": automatic_model, "monitor": None, "batch": mix.batch or None}
     for key, model in wanted.items():
         if model and getattr(mix, key) and model not in models:
@@ -100,7 +101,7 @@ def make_targets(url: str, truth_dir: Path, images: list[str] | None, automatic_
         raise LoadBenchError(f"clinicians click inside the {ORGAN}, found from a truth mask <id>.nii.gz in "
                              f"{truth_dir}; none there for {', '.join(chosen)} (give --truth DIR; `rocm-zoo sample` "
                              "writes the phantoms' masks)")
-    vista_labels = models.get("vista3d", {}).get("labels", {})
+    vista_labels = models.get(VISTA3D_MODEL, {}).get("labels", {})
     targets = Targets(url=url, studies=tuple(studies), automatic_model=automatic_model,
                       automatic_images=tuple(automatic_images or chosen[:1]), deepedit_label=ORGAN,
                       vista3d_class=int(vista_labels.get(ORGAN, 3)), think_time_s=think_time_s,
@@ -166,7 +167,7 @@ def _server(url: str | None, app: Path, studies: Path, models: str, device: str,
 
 def server_models(mix: Mix, automatic_model: str) -> str:
     """The `--conf models` list a server started here needs for the mix."""
-    names = ["spleen_deepedit"] * bool(mix.deepedit or mix.bad) + ["vista3d"] * bool(mix.vista3d)
+    names = [DEEPEDIT_MODEL] * bool(mix.deepedit or mix.bad) + [VISTA3D_MODEL] * bool(mix.vista3d)
     names += [automatic_model] * bool(mix.automatic or mix.hostile) + [mix.batch] * bool(mix.batch)
     unknown = [n for n in names if n not in TASKS]
     if unknown:
@@ -201,8 +202,9 @@ def batch_outcome(url: str, model: str, timeout_s: float) -> dict | None:
 def run_load_bench(*, out_dir: Path, url: str | None = None, app: Path = Path("apps/rocm_zoo"),
                    studies: Path = Path("sample-data/studies"), truth: Path = Path("sample-data/truth"),
                    device: str = "auto", conf: dict[str, str] | None = None, deepedit: int = 2, vista3d: int = 1,
-                   automatic: int = 1, automatic_model: str = "wholeBody_ct", automatic_images: list[str] | None = None,
-                   bad: int = 0, hostile: int = 0, monitor: bool = True, batch: str = "", images: list[str] | None = None,
+                   automatic: int = 1, automatic_model: str = AUTOMATIC_MODEL,
+                   automatic_images: list[str] | None = None, bad: int = 0, hostile: int = 0, monitor: bool = True,
+                   batch: str = "", images: list[str] | None = None,
                    think_time_s: float = 1.0, duration_s: float = 60.0, baseline_s: float = 0.0,
                    request_timeout_s: float = 300.0, command: str = "") -> dict[str, Any]:
     mix = Mix(deepedit=deepedit, vista3d=vista3d, automatic=automatic, bad=bad, hostile=hostile,

@@ -15,7 +15,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from rocm_zoo.errors import RocmZooError
+from rocm_zoo.registry import default_task
 
+# The models each kind of user asks unless told another (the registry's first of each type).
+DEEPEDIT_MODEL = default_task("deepedit")  # 3D Slicer's DeepEdit clicks
+VISTA3D_MODEL = default_task("vista3d")  # OHIF's VISTA3D point prompts
+AUTOMATIC_MODEL = default_task("segmentation", interactive=False)  # whole-study segmentations, back to back
 MAX_USERS = 64  # simulated users of one phase, all classes together
 MAX_DURATION_S = 4 * 3600.0  # one phase; a soak test runs 10-30 minutes
 
@@ -87,11 +92,11 @@ class Targets:
 
     url: str
     studies: tuple[Study, ...]  # clinicians take them in turn, one each while there are enough
-    automatic_model: str = "wholeBody_ct"
+    automatic_model: str = AUTOMATIC_MODEL
     automatic_images: tuple[str, ...] = ()  # AutomaticRequester cycles over these
-    deepedit_model: str = "spleen_deepedit"
+    deepedit_model: str = DEEPEDIT_MODEL
     deepedit_label: str = "spleen"  # the label Slicer clicks for
-    vista3d_model: str = "vista3d"
+    vista3d_model: str = VISTA3D_MODEL
     vista3d_class: int = 3  # the VISTA3D class id OHIF sends with the clicks (/info's labels[organ])
     think_time_s: float = 1.0
     monitor_interval_s: float = 1.0

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from rocm_zoo.bench.load_plan import AUTOMATIC_MODEL
 from rocm_zoo.bench.stats import percentile, summarise
 
 OUTCOMES = ("ok", "intended_4xx", "not_available", "overload", "error")
@@ -134,7 +135,7 @@ TARGETS = (
     Target("GET /info/", "p99_ms", "<=", 50),
     Target("GET /health/live", "p99_ms", "<=", 50),
     Target("GET /health/ready", "p99_ms", "<=", 50),
-    Target("automatic wholeBody_ct", "throughput_ratio", ">=", 0.7),
+    Target(f"automatic {AUTOMATIC_MODEL}", "throughput_ratio", ">=", 0.7),
     Target("", "errors", "<=", 0),
 )
 

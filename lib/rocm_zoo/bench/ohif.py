@@ -37,11 +37,11 @@ from rocm_zoo.samples.dicom_series import series_uids
 from rocm_zoo.samples.write import write_bundles, write_dicom_studies
 from rocm_zoo.bench.server_process import free_port, monailabel_server, wait_warm
 from rocm_zoo.bench.stats import medians
-from rocm_zoo.registry import TASKS, ohif_actions
+from rocm_zoo.registry import TASKS, default_task, ohif_actions
 
 logger = logging.getLogger(__name__)
 BUTTONS = {"auto": ohif.AUTO, "point": ohif.POINT}  # the panel's Run button per registry OHIF tab
-DEFAULT_MODELS = ("wholeBody_ct", "vista3d")
+DEFAULT_MODELS = (default_task("segmentation", interactive=False), default_task("vista3d"))  # one per OHIF tab
 
 
 def actions() -> dict[str, tuple[str, str]]:

@@ -28,7 +28,7 @@ import torch
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, overlay_path
 from rocm_zoo.engine.pool import NetworkPool, NetworkSpec
 from rocm_zoo.engine.scheduler import Priority, Work, working_as
-from rocm_zoo.registry import BUNDLES
+from rocm_zoo.registry import BUNDLES, TASKS, default_task
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import training_labels
 from rocm_zoo.samples.train_bundle import readers_without_itk, write_training_data
@@ -36,7 +36,7 @@ from rocm_zoo.training.runner import OVERLAY_FILE, TrainingRun, TrainPlan, train
 
 logger = logging.getLogger(__name__)
 
-DEEPEDIT = "spleen_deepedit_annotation"
+DEEPEDIT = TASKS[default_task("deepedit")].bundle
 FP32_EAGER = (("train#trainer#amp", False), ("validate#evaluator#amp", False))
 CLICK_EVERY_S = 0.3
 
