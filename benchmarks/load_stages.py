@@ -1,8 +1,10 @@
 """Where a bench-load run's requests spent their time on the server: the `request stages:` lines of the server's log,
 grouped by bench-load phase (from bench-load's own log), model, and whether a request or a batch study ran them;
-p50 / p90 of the request and of each task stage (pre, infer, post, write), in ms.
+p50 / p90 of the request and of each task stage (pre, infer, post, write), in ms (`rocm_zoo.bench.stats.percentile`,
+as every record; records before 2026-12-07 took the nearest rank). Needs rocm_zoo importable: the venv, or
+PYTHONPATH=lib as the GPU machine's scripts set it.
 
-    python3 benchmarks/load_stages.py RUN/server.log RUN/bench.log      # as benchmarks/device-load-profile.sh writes
+    python3 benchmarks/load_stages.py RUN/server.log RUN/bench.log      # as benchmarks/device/load-profile.sh writes
 """
 
 from __future__ import annotations
@@ -12,9 +14,8 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-
-from rocm_zoo.server.request_stages import parse_line  # noqa: E402
+from rocm_zoo.bench.stats import percentile
+from rocm_zoo.server.request_stages import parse_line
 
 PHASE = re.compile(r"(\S+ \S+),\d+ .*phase '([^']+)'")
 THREAD = re.compile(r"\] \[(\S+)\] \[INFO")
@@ -23,11 +24,6 @@ TASK_STAGES = ("pre", "infer", "post", "write")
 
 def _time(text: str) -> datetime.datetime:
     return datetime.datetime.strptime(text, "%Y-%m-%d %H:%M:%S")
-
-
-def _quantile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def stages_by_phase(server_log: Path, bench_log: Path) -> dict[tuple[str, str, str], list[dict]]:
@@ -58,11 +54,11 @@ def main(argv: list[str]) -> int:
     for (phase, model, who), found in sorted(rows.items()):
         if len(found) < 2:  # a request that straddled two phases
             continue
-        cells = [f"{_quantile([s['request'] for s in found], .5) * 1000:.0f} / "
-                 f"{_quantile([s['request'] for s in found], .9) * 1000:.0f}"]
+        cells = [f"{percentile([s['request'] for s in found], 50) * 1000:.0f} / "
+                 f"{percentile([s['request'] for s in found], 90) * 1000:.0f}"]
         for stage in TASK_STAGES:
             values = [s["task"].get(stage, 0.0) for s in found]
-            cells.append(f"{_quantile(values, .5) * 1000:.0f} / {_quantile(values, .9) * 1000:.0f}")
+            cells.append(f"{percentile(values, 50) * 1000:.0f} / {percentile(values, 90) * 1000:.0f}")
         print(f"| {phase} | {model} | {who} | {len(found)} | " + " | ".join(cells) + " |")
     return 0
 

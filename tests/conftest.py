@@ -62,7 +62,7 @@ CI_ALLOWED_SKIPS = {
     "shows a failure that happens only where no GPU is": "a CI runner with a GPU",
     # test_overlay_accuracy: without native bf16 the backend runs the overlay in fp32 (its logged fallback), so there is
     # no bf16 rounding to bound; the layout and compile paths are exercised by test_pool and every server test, and
-    # bf16 against fp32 on the GPU by benchmarks/device-bench-tiny.sh. Seen on an AMD EPYC CI machine (AVX2 only).
+    # bf16 against fp32 on the GPU by benchmarks/device/bench-tiny.sh. Seen on an AMD EPYC CI machine (AVX2 only).
     "bf16 rounding is shown only on a CPU with native bf16": "a CI runner without AVX512-BF16 or AMX",
 }
 

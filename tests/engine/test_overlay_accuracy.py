@@ -2,7 +2,7 @@
 same input, through the same pool the server uses, for each of the five sample bundles on its trained tiny weights: the
 segmentation may only change by what bf16 rounding explains. On a CPU without native bf16 the overlay runs in fp32 and
 there is no rounding to show: skipped there (allowed in CI, tests/conftest.py); the GPU shows it too
-(benchmarks/device-bench-tiny.sh)."""
+(benchmarks/device/bench-tiny.sh)."""
 
 from __future__ import annotations
 

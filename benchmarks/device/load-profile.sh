@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Where the shared server's time goes under issue 14's mixed load, on the GPU machine: benchmarks/device-bench-load.sh
+# Where the shared server's time goes under issue 14's mixed load, on the GPU machine: benchmarks/device/bench-load.sh
 # (baseline, then the mix) while py-spy samples the server during the mixed phase, first over every thread, then over
-# the thread holding the GIL only (what the clicks' host work waits for). Needs what device-bench-load.sh needs, plus
+# the thread holding the GIL only (what the clicks' host work waits for). Needs what device/bench-load.sh needs, plus
 # py-spy's wheel in /tmp/wheels-locust (carried with Locust's).
-#   [NO_PYSPY=1] benchmarks/device-load-profile.sh NAME [SECONDS] [BASELINE_SECONDS] [more bench-load options]
-# Results: $OUT/NAME.tgz (NAME/: what device-bench-load.sh writes, bench.log, pyspy-all.txt and pyspy-gil.txt, the
+#   [NO_PYSPY=1] benchmarks/device/load-profile.sh NAME [SECONDS] [BASELINE_SECONDS] [more bench-load options]
+# Results: $OUT/NAME.tgz (NAME/: what device/bench-load.sh writes, bench.log, pyspy-all.txt and pyspy-gil.txt, the
 # collapsed stacks) and $OUT/NAME.md, the report.
 set -euo pipefail
 name=$1 seconds=${2:-60} baseline=${3:-20}
 shift 3 || shift $#
-source benchmarks/device-server-site.sh
+source benchmarks/device/server-site.sh
 [ -x /tmp/site-pyspy/bin/py-spy ] || python3 -m pip install -q --no-index --no-deps --no-compile \
   --target /tmp/site-pyspy /tmp/wheels-locust/py_spy-*.whl || true
 export LOAD_OUT=/tmp/runs/$name
@@ -38,7 +38,7 @@ PY
     -o "$LOAD_OUT/pyspy-gil.txt" >> "$LOAD_OUT/pyspy.log" 2>&1 || true
 }
 if [ -x /tmp/site-pyspy/bin/py-spy ] && [ -z "${NO_PYSPY:-}" ]; then spy & fi
-bash benchmarks/device-bench-load.sh "$seconds" "$baseline" "$@" 2>&1 | tee "$LOAD_OUT/bench.log"
+bash benchmarks/device/bench-load.sh "$seconds" "$baseline" "$@" 2>&1 | tee "$LOAD_OUT/bench.log"
 wait
 cp "$LOAD_OUT/load.md" "$OUT/$name.md" 2> /dev/null || true
 tar czf "$OUT/$name.tgz" -C /tmp/runs "$name"

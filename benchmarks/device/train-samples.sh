@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # GPU run of `rocm-zoo train-sample` for the tiny VISTA3D, wholeBody_ct, swin_unetr_btcv and pancreas_ct_dints
 # samples, at once (one process each; the H200's 16 cores feed their data loaders), from one small carry
-# (.whl-engine: see device-train-bench.sh). Back in $OUT: per bundle <bundle>-tiny.pt (the fp16 weights with the
+# (.whl-engine: see device/train-bench.sh). Back in $OUT: per bundle <bundle>-tiny.pt (the fp16 weights with the
 # run's record: copy it to lib/rocm_zoo/samples/weights/) and its log. Arguments: bundle:workers pairs (default the
 # four). MINUTES (default 7) bounds each training; VISTA3D_MINUTES (default MINUTES) its own; RESUME=1 starts from
 # the committed weights (rocm-zoo train-sample --resume).
 set -euo pipefail
 MINUTES=${MINUTES:-7}
-source benchmarks/device-engine-setup.sh
+source benchmarks/device/engine-setup.sh
 export OMP_NUM_THREADS=2  # four trainings share 16 cores; their loader workers do the data work
 runs=${*:-vista3d:6 wholeBody_ct_segmentation:2 swin_unetr_btcv_segmentation:3 pancreas_ct_dints_segmentation:2}
 mkdir -p /tmp/train

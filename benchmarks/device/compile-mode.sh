@@ -5,11 +5,11 @@
 # Each variant's first warm-up includes its compile: bench.json's warm-up times say what the mode costs at start.
 # Full-size samples, untrained (seeded) weights, the spleen_10-shaped phantom through each bundle's own transforms;
 # Dice against the fp32 baseline. Carry .whl-engine (monai, nibabel, pytorch-ignite, einops wheels for Python 3.12).
-# Usage: bash benchmarks/device-compile-mode.sh [BUNDLE ...]   (default: spleen_deepedit_annotation
+# Usage: bash benchmarks/device/compile-mode.sh [BUNDLE ...]   (default: spleen_deepedit_annotation
 #        wholeBody_ct_segmentation); RUNS / WARMUP override 20 / 5, MODES the compile modes tried (default
 #        "max-autotune-no-cudagraphs max-autotune"). bench.json and bench.md per bundle in $OUT.
 set -euo pipefail
-source benchmarks/device-engine-setup.sh
+source benchmarks/device/engine-setup.sh
 RUNS=${RUNS:-20}
 WARMUP=${WARMUP:-5}
 MODES=${MODES:-max-autotune-no-cudagraphs max-autotune}

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The MONAI Label server on the GPU machine, timed through its REST API. Wheels travel in four calls, each carrying
 # one folder of them while the machine stays warm:  mkdir -p /tmp/wheels && cp .whl-srv-N/* /tmp/wheels/
-# (folders made by benchmarks/device-server-wheels, each small enough to travel with the working tree), then this
+# (folders made by benchmarks/device/server-wheels, each small enough to travel with the working tree), then this
 # script, carrying the last folder. Writes $OUT/rest_click.json and $OUT/server.log.
 set -euo pipefail
-source benchmarks/device-server-site.sh
+source benchmarks/device/server-site.sh
 python3 -m rocm_zoo.cli sample --size full 2>&1 | tail -1
 python3 -m monailabel.main start_server --app apps/rocm_zoo --studies sample-data/studies --conf models all \
   --host 127.0.0.1 --port 8000 > "$OUT/server.log" 2>&1 &

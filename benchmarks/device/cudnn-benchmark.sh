@@ -4,10 +4,10 @@
 # as shipped, the overlay with the search (`rocm_overlay#cudnn_benchmark`). Full-size samples, untrained (seeded)
 # weights, the spleen_10-shaped phantom through each bundle's own transforms; Dice against the fp32 baseline.
 # Carry .whl-engine (monai, nibabel, pytorch-ignite, einops wheels for Python 3.12).
-# Usage: bash benchmarks/device-cudnn-benchmark.sh [BUNDLE ...]   (default: spleen_deepedit_annotation
+# Usage: bash benchmarks/device/cudnn-benchmark.sh [BUNDLE ...]   (default: spleen_deepedit_annotation
 #        wholeBody_ct_segmentation); RUNS / WARMUP override 20 / 5. bench.json and bench.md per bundle in $OUT.
 set -euo pipefail
-source benchmarks/device-engine-setup.sh
+source benchmarks/device/engine-setup.sh
 RUNS=${RUNS:-20}
 WARMUP=${WARMUP:-5}
 bundles=("$@")

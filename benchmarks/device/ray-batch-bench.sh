@@ -2,13 +2,13 @@
 # Ray batch scaling on a GPU machine with several GPUs (nvidia-h200-x2 or larger): wholeBody_ct over the same
 # spleen_10-shaped studies with 1 worker (one GPU) and with N workers (one per GPU), `rocm-zoo batch`; studies per
 # minute of each (counted from the first study given out, after every worker is warm) and the scaling efficiency
-# (N-GPU rate) / (N x 1-GPU rate). Needs /tmp/wheels as for benchmarks/device-batch-bench.sh plus .whl-srv-5 and
-# .whl-srv-6 (Ray, benchmarks/device-server-wheels), one call per folder while the machine stays warm.
-#   benchmarks/device-ray-batch-bench.sh [STUDIES] [SECONDS]   default 24 studies, 540 s
+# (N-GPU rate) / (N x 1-GPU rate). Needs /tmp/wheels as for benchmarks/device/batch-bench.sh plus .whl-srv-5 and
+# .whl-srv-6 (Ray, benchmarks/device/server-wheels), one call per folder while the machine stays warm.
+#   benchmarks/device/ray-batch-bench.sh [STUDIES] [SECONDS]   default 24 studies, 540 s
 # Results: $OUT/ray/workers-1.json, workers-N.json (per-study reports) and scaling.json.
 set -euo pipefail
 studies=${1:-24} seconds=${2:-540}
-source benchmarks/device-server-site.sh
+source benchmarks/device/server-site.sh
 if [ ! -d /tmp/site/ray ]; then
   ray_wheel=$(ls /tmp/wheels/ray-*.whl.part-00); ray_wheel=${ray_wheel%.part-00}
   cat "$ray_wheel".part-* > "/tmp/$(basename "$ray_wheel")"

@@ -4,15 +4,15 @@
 # 2 DeepEdit clinicians (3D Slicer clicks) and 1 VISTA3D clinician (OHIF point prompts), 1 s think time, each on a
 # spleen_10-shaped study of its own; 1 client asking wholeBody_ct back to back on a fourth; a wholeBody_ct batch over
 # the datastore (24 spleen_10-shaped studies); the monitor polling /info/ and /health/*.
-# Needs the server's wheels in /tmp/wheels, carried as for benchmarks/device-server-bench.sh, and Locust's in
-# /tmp/wheels-locust: carry .whl-srv-7 (benchmarks/device-server-wheels) with
+# Needs the server's wheels in /tmp/wheels, carried as for benchmarks/device/server-bench.sh, and Locust's in
+# /tmp/wheels-locust: carry .whl-srv-7 (benchmarks/device/server-wheels) with
 #   mkdir -p /tmp/wheels-locust && cp .whl-srv-7/* /tmp/wheels-locust/
-#   benchmarks/device-bench-load.sh [SECONDS] [BASELINE_SECONDS] [more bench-load options]   default 60 and 20
+#   benchmarks/device/bench-load.sh [SECONDS] [BASELINE_SECONDS] [more bench-load options]   default 60 and 20
 # Results (in $LOAD_OUT, default $OUT/load): load.json, load.md, load.png, samples.jsonl, server.log, the Locust logs.
 set -euo pipefail
 seconds=${1:-60} baseline=${2:-20}
 shift 2 || shift $#
-source benchmarks/device-server-site.sh
+source benchmarks/device/server-site.sh
 if ! python3 -c "import locust" 2> /dev/null; then
   [ -d /tmp/site-locust/locust ] || python3 -m pip install -q --no-index --no-deps --no-compile \
     --target /tmp/site-locust /tmp/wheels-locust/*.whl
