@@ -35,7 +35,7 @@ MIN_DICE_ONE_CLICK = 0.8
 
 def test_the_checkout_app_main_is_the_package_one():
     """One copy of main.py: the checkout's app folder links to the file `rocm-zoo serve` copies into a new one."""
-    from rocm_zoo.server.app_folder import MAIN
+    from rocm_zoo.app.app_folder import MAIN
 
     main = REPO / "apps" / "rocm_zoo" / "main.py"
     assert main.is_symlink()

@@ -72,7 +72,7 @@ def test_register_refuses_a_broken_entry_and_says_why(change, message):
 
 def test_every_bundle_kind_has_its_task_class_and_every_sample_its_bundle():
     from rocm_zoo.samples.bundles import SAMPLE_BUNDLES
-    from rocm_zoo.server.zoo import TASK_CLASSES
+    from rocm_zoo.server.tasks import TASK_CLASSES
 
     assert set(TASK_CLASSES) == set(registry.BUNDLE_KINDS)
     assert set(SAMPLE_BUNDLES) == {n for n, b in BUNDLES.items() if b.sample} == set(BUNDLES)
@@ -91,8 +91,8 @@ def test_bench_times_the_registry_requests_marked_for_it():
 
 
 def test_server_app_composition_imports_neither_samples_nor_bench():
-    code = ("import sys, rocm_zoo.server.zoo, rocm_zoo.server.tasks.vista3d, rocm_zoo.server.tasks.segmentation, "
-            "rocm_zoo.server.tasks.deepedit, rocm_zoo.server.batch, rocm_zoo.server.config\n"
+    code = ("import sys, rocm_zoo.app.app, rocm_zoo.server.tasks.vista3d, rocm_zoo.server.tasks.segmentation, "
+            "rocm_zoo.server.tasks.deepedit, rocm_zoo.server.batch, rocm_zoo.app.config\n"
             "print([m for m in sys.modules if m.startswith(('rocm_zoo.samples', 'rocm_zoo.bench'))])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -145,7 +145,7 @@ def new_bundle(tmp_path, monkeypatch):
     overlay = app / "overlays" / NEW_BUNDLE / "inference_rocm.json"
     overlay.parent.mkdir(parents=True)
     shutil.copy(OVERLAYS / wholebody_ct.NAME / "inference_rocm.json", overlay)
-    monkeypatch.setattr("rocm_zoo.server.zoo.OVERLAYS_DIR", app / "overlays")
+    monkeypatch.setattr("rocm_zoo.app.zoo.OVERLAYS_DIR", app / "overlays")
     monkeypatch.setattr("rocm_zoo.bench.network.OVERLAYS_DIR", app / "overlays")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # Zoo would set it for this process
     registry.register(_new_entry())
@@ -163,7 +163,7 @@ def test_a_new_bundle_is_served_benchmarked_and_offered_by_the_cli(new_bundle):
     from rocm_zoo.engine.warm_volume import make_warm_volume
     from rocm_zoo.scale.ray_pool import worker_spec
     from rocm_zoo.server.tasks.segmentation import SegmentationTask
-    from rocm_zoo.server.zoo import Zoo
+    from rocm_zoo.app.zoo import Zoo
 
     zoo = Zoo(new_bundle, {"models": NEW_TASK, "device": "cpu"})
     task = zoo.tasks[NEW_TASK]
@@ -183,7 +183,7 @@ def test_a_new_bundle_is_served_benchmarked_and_offered_by_the_cli(new_bundle):
 
 def test_a_missing_bundle_says_how_to_get_it_in_the_server_and_the_ray_pool(new_bundle, tmp_path):
     from rocm_zoo.scale.ray_pool import worker_spec
-    from rocm_zoo.server.zoo import Zoo
+    from rocm_zoo.app.zoo import Zoo
 
     shutil.rmtree(new_bundle / "model" / NEW_BUNDLE)
     with pytest.raises(BundleNotFound, match="rocm-zoo sample --model-dir") as server:
@@ -199,7 +199,7 @@ def test_a_missing_bundle_says_how_to_get_it_in_the_server_and_the_ray_pool(new_
 def test_each_task_warms_with_the_registry_requests_as_its_viewer_sends_them(tmp_path, monkeypatch):
     from rocm_zoo.engine.warm_volume import make_warm_volume
     from rocm_zoo.samples.write import write_bundles
-    from rocm_zoo.server.zoo import Zoo
+    from rocm_zoo.app.zoo import Zoo
 
     app = tmp_path / "app"
     shutil.copytree(OVERLAYS, app / "overlays")

@@ -1,1 +1,1 @@
-../../lib/rocm_zoo/server/app_main.py
+../../lib/rocm_zoo/app/app_main.py

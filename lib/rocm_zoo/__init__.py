@@ -5,9 +5,10 @@ Packages, by who needs them (dependencies point one way, down this list):
 - `engine`: backend policy, bundle config + overlay, the warm network pool, caches. torch and MONAI only.
 - `vista3d`: VISTA3D's prompts, click mapping, predictor, window stitching, connected components.
 - `training`: a bundle's own train config run with the overlay at the scheduler's lowest class; checkpoints.
-- `server`: the MONAI Label layer (app composition, tasks, datastores, routes). Needs monailabel.
-- `dicomweb`: a DICOMweb PACS as the datastore; labels back as DICOM SEG.
+- `server`: the MONAI Label layer (tasks, datastores, routes, log-in). Needs monailabel.
+- `dicomweb`: a DICOMweb PACS as the datastore; labels back as DICOM SEG; OHIF's proxy to it.
 - `scale`: batch segmentation on Ray workers.
+- `app`: the composition root: the MONAI Label app, the zoo of tasks, `--conf`, the app folder.
 - `samples`, `bench`: sample data and bundles; benchmarks and test tools. Never imported by the server at run time.
 - `cli`: `rocm-zoo`, a thin shell over the packages' public functions.
 """

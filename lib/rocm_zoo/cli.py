@@ -58,7 +58,7 @@ def _train_sample(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from rocm_zoo.samples.write import APP_DIR, default_paths
-    from rocm_zoo.server.app_folder import make_app_folder
+    from rocm_zoo.app.app_folder import make_app_folder
 
     if importlib.util.find_spec("monailabel") is None:
         print("monailabel is not installed here: pip install 'rocm-zoo[server]'", file=sys.stderr)

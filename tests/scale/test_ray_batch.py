@@ -127,7 +127,7 @@ def _compare_with_single_process_path(studies, labels, spec):
     from rocm_zoo.engine.image_cache import ImageCache
     from rocm_zoo.engine.pool import NetworkPool
     from rocm_zoo.registry import TASKS
-    from rocm_zoo.server.zoo import make_task
+    from rocm_zoo.server.tasks import make_task
 
     entry = TASKS[MODEL]
     task = make_task(entry, Path(spec.bundle_dir), tuple(Path(o) for o in spec.overlays),

@@ -126,7 +126,7 @@ def test_archive_caps_on_members_and_inflated_bytes(tmp_path):
 def test_monailabels_other_unpacking_datastores_are_never_built():
     """CVAT and XNAT datastores unpack with shutil.unpack_archive too; the app builds only its local or DICOMweb
     store, and no other module of the package unpacks an archive any other way than archives.extract."""
-    app = (Path(__file__).parents[2] / "lib/rocm_zoo/server/app.py").read_text()
+    app = (Path(__file__).parents[2] / "lib/rocm_zoo/app/app.py").read_text()
     assert "CVATDatastore" not in app and "XNATDatastore" not in app and "cvat" not in app.lower()
     # MONAI Label's own init_datastore (which reads MONAI_LABEL_DATASTORE=cvat|xnat) is never called
     assert "def init_datastore" in app and "super().init_datastore" not in app

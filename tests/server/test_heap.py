@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rocm_zoo.server.heap import PauseWatch
+from rocm_zoo.app.heap import PauseWatch
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def full_collection_s() -> float:
 
 def test_a_slow_collection_is_counted_and_logged(watch, caplog):
     watch.slow_s = 0.0  # every collection counts as slow here
-    with caplog.at_level(logging.WARNING, logger="rocm_zoo.server.heap"):
+    with caplog.at_level(logging.WARNING, logger="rocm_zoo.app.heap"):
         gc.collect()
     info = watch.info()
     assert info["collections"] >= 1 and info["slow_collections"] >= 1 and info["longest_collection_s"] >= 0
@@ -37,7 +37,7 @@ def test_a_slow_collection_is_counted_and_logged(watch, caplog):
 
 def test_the_freezes_own_collection_is_reported_once_not_warned_of(watch, caplog):
     watch.slow_s = 0.0
-    with caplog.at_level(logging.INFO, logger="rocm_zoo.server.heap"):
+    with caplog.at_level(logging.INFO, logger="rocm_zoo.app.heap"):
         watch.freeze_warm_heap()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "out of the garbage collector's reach" in caplog.text

@@ -16,7 +16,7 @@ from rocm_zoo.errors import ConfigError, ImageNotFound, InvalidRequest
 from rocm_zoo.server import access
 from rocm_zoo.server.auth import bind_host, decide, is_loopback, tokens
 from rocm_zoo.server.auth.users import UserFile, monailabel_roles
-from rocm_zoo.server.config import AppConfig
+from rocm_zoo.app.config import AppConfig
 from rocm_zoo.server.datastore import PARTIAL, CheckedLocalDatastore
 from rocm_zoo.server.uploads import check_label
 

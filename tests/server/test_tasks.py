@@ -12,7 +12,7 @@ from rocm_zoo.engine.pool import NetworkPool
 from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.registry import TASKS
 from rocm_zoo.samples.bundles import write_sample_bundle
-from rocm_zoo.server.zoo import make_task
+from rocm_zoo.server.tasks import make_task
 from rocm_zoo.vista3d.prompts import VistaPrompt
 
 SHAPE = (40, 30, 20)

@@ -149,7 +149,7 @@ def _server(url: str | None, app: Path, studies: Path, models: str, device: str,
         wait_warm(url, SERVER_START_S)
         yield url, listening_pid(url), None
         return
-    from rocm_zoo.server.app_folder import make_app_folder
+    from rocm_zoo.app.app_folder import make_app_folder
 
     if not (app / "model").is_dir():
         raise LoadBenchError(f"no bundles in {app / 'model'}: give --app DIR, or write the samples first "

@@ -32,7 +32,7 @@ from rocm_zoo.bench import ohif_driver as ohif
 from rocm_zoo.bench import pacs
 from rocm_zoo.samples import phantom
 from rocm_zoo.server import request_stages
-from rocm_zoo.server.app_folder import make_app_folder
+from rocm_zoo.app.app_folder import make_app_folder
 from rocm_zoo.samples.dicom_series import series_uids
 from rocm_zoo.samples.write import write_bundles, write_dicom_studies
 from rocm_zoo.bench.server_process import free_port, monailabel_server, wait_warm

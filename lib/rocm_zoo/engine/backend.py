@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -135,3 +136,13 @@ def describe(backend: Backend) -> str:
     parts.append(f"compile={'on' if backend.compile else 'off'}")
     line = " ".join(parts)
     return line + "".join(f"; {f}" for f in backend.fallbacks)
+
+
+def use_persistent_compile_cache(path: Path) -> None:
+    """Compiled kernels next to the bundles rather than in /tmp, so a restart (even after a reboot) reuses them.
+    Inductor writes its /tmp default into the environment the first time anything asks for it (some imports do), so
+    that default counts as unset; a value the user chose is kept."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)

@@ -28,11 +28,11 @@ class WorkerSpec:
 
 class SegmentationWorker:
     def __init__(self, spec: WorkerSpec):
-        from rocm_zoo.engine.backend import apply_env_defaults, detect_backend
+        from rocm_zoo.engine.backend import apply_env_defaults, detect_backend, use_persistent_compile_cache
         from rocm_zoo.engine.image_cache import ImageCache
         from rocm_zoo.engine.pool import NetworkPool
         from rocm_zoo.registry import TASKS
-        from rocm_zoo.server.zoo import make_task, use_persistent_compile_cache
+        from rocm_zoo.server.tasks import make_task
 
         start = time.perf_counter()
         bundle_dir = Path(spec.bundle_dir)

@@ -1,2 +1,2 @@
-"""The MONAI Label layer: the app's composition (Zoo), the tasks, datastores, routes and error mapping.
-Importing it needs monailabel."""
+"""The MONAI Label layer: the tasks, datastores, routes, log-in, batch and training glue, and error mapping; composed
+by `rocm_zoo.app`. Importing it needs monailabel."""

@@ -10,7 +10,7 @@ inference on the event loop), so while one request computes nothing else is answ
   interactive model is warm;
 - MONAI Label's routes in `SWITCHED_OFF` are removed (404, and gone from the OpenAPI schema): every route that runs a
   model goes through `RequestService` (or the batch and training runners, at the scheduler's lower classes), and
-  `/proxy/dicom/*` is `rocm_zoo.server.dicom_proxy`'s.
+  `/proxy/dicom/*` is `rocm_zoo.dicomweb.proxy`'s.
 Clients (Slicer, OHIF, MONAILabelClient) see the same API.
 """
 
@@ -51,7 +51,7 @@ SWITCHED_OFF = {
     ("monailabel.endpoints.scoring", frozenset({"POST"})):
         "scoring: no scoring method is served; each call started the app again in a subprocess",
     ("monailabel.endpoints.proxy", ALL_METHODS):
-        "DICOMweb proxy: replaced by rocm_zoo.server.dicom_proxy (timeouts, off the event loop)",
+        "DICOMweb proxy: replaced by rocm_zoo.dicomweb.proxy (timeouts, off the event loop)",
     ("monailabel.endpoints.model", frozenset({"PUT", "DELETE"})):
         "model upload and delete: the upload copied any bytes over the served weights file (not atomic, not checked "
         "against the network, not kept for rollback) and the delete left the model without weights; weights change "

@@ -8,13 +8,18 @@ import importlib.resources
 import shutil
 from pathlib import Path
 
-MAIN = importlib.resources.files("rocm_zoo.server") / "app_main.py"
+MAIN = importlib.resources.files("rocm_zoo.app") / "app_main.py"
+
+
+# What the main.py copied by earlier versions imports: the app has moved, so such a copy is replaced.
+EARLIER_IMPORT = "from rocm_zoo.server.app import MyApp"
 
 
 def make_app_folder(app_dir: Path) -> Path:
-    """`app_dir` with a main.py; one already there (a checkout's symlink, or the user's own) is kept."""
+    """`app_dir` with a main.py; one already there (a checkout's symlink, or the user's own) is kept, unless it is a
+    copy an earlier version made, which names the app where it no longer is."""
     main = Path(app_dir) / "main.py"
-    if not main.exists():
+    if not main.exists() or (not main.is_symlink() and EARLIER_IMPORT in main.read_text(errors="replace")):
         main.parent.mkdir(parents=True, exist_ok=True)
         with MAIN.open("rb") as src, open(main, "wb") as dst:
             shutil.copyfileobj(src, dst)

@@ -3,49 +3,22 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from rocm_zoo.engine.backend import apply_env_defaults, describe, detect_backend
-from rocm_zoo.server import heap
-from rocm_zoo.server.config import AppConfig
-from rocm_zoo.errors import BundleNotFound
+from rocm_zoo.app import heap
+from rocm_zoo.app.config import AppConfig
+from rocm_zoo.engine.backend import apply_env_defaults, describe, detect_backend, use_persistent_compile_cache
 from rocm_zoo.engine.image_cache import ImageCache
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, overlay_path
 from rocm_zoo.engine.pool import NetworkPool
-from rocm_zoo.registry import BUNDLES, TaskEntry, find_bundle, tasks_of
-from rocm_zoo.server.tasks.bundle import OverlayBundleTask
-from rocm_zoo.server.tasks.deepedit import DeepEditTask
-from rocm_zoo.server.tasks.segmentation import SegmentationTask
-from rocm_zoo.server.tasks.vista3d import Vista3dTask
+from rocm_zoo.errors import BundleNotFound
+from rocm_zoo.registry import TaskEntry, find_bundle, tasks_of
+from rocm_zoo.server.tasks import OverlayBundleTask, make_task
 
 logger = logging.getLogger(__name__)
-
-# The task class for each kind of bundle (rocm_zoo.registry.BUNDLE_KINDS); the registry gives each bundle its kind.
-TASK_CLASSES: dict[str, type[OverlayBundleTask]] = {
-    "deepedit": DeepEditTask,
-    "vista3d": Vista3dTask,
-    "sliding_window": SegmentationTask,
-}
-
-
-def make_task(entry: TaskEntry, bundle_dir: Path, overlays: tuple[Path, ...], pool: NetworkPool,
-              image_cache: ImageCache, device: str) -> OverlayBundleTask:
-    """The task the server builds for a registry entry; Ray batch workers build theirs with the same call."""
-    return TASK_CLASSES[BUNDLES[entry.bundle].kind](entry, bundle_dir, overlays, pool, image_cache, device)
-
-
-def use_persistent_compile_cache(path: Path) -> None:
-    """Compiled kernels next to the bundles rather than in /tmp, so a restart (even after a reboot) reuses them.
-    Inductor writes its /tmp default into the environment the first time anything asks for it (some imports do), so
-    that default counts as unset; a value the user chose is kept."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, default_cache_dir()):
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
 
 
 class Zoo:

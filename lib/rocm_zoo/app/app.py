@@ -17,6 +17,8 @@ from monailabel.interfaces.app import MONAILabelApp
 from monailabel.tasks.activelearning.first import First
 
 from rocm_zoo import __version__
+from rocm_zoo.app.zoo import Zoo
+from rocm_zoo.dicomweb import proxy as dicom_proxy
 from rocm_zoo.dicomweb.pacs_http import PacsTimeouts
 from rocm_zoo.engine import streams
 from rocm_zoo.engine.scheduler import Priority
@@ -24,14 +26,12 @@ from rocm_zoo.engine.volume_check import VolumeBudget, check_volume, set_budget
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
 from rocm_zoo.server import (access, answers, auth, batch_routes, device_route, http_errors, request_stages, routes,
                              train_routes, upload_routes, uploads)
-from rocm_zoo.server import dicom_proxy
 from rocm_zoo.server.batch import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.server.datastore import CheckedLocalDatastore
 from rocm_zoo.server.random_strategy import RandomStrategy
 from rocm_zoo.server.request_queue import RequestService
 from rocm_zoo.server.training import Training
 from rocm_zoo.server.uncertainty import UncertaintyStrategy
-from rocm_zoo.server.zoo import Zoo
 
 logger = logging.getLogger(__name__)
 

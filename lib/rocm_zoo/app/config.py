@@ -46,7 +46,7 @@ class AppConfig:
     interactive_stream: bool = True  # clicks' GPU work on a high-priority stream of their own (engine.streams)
     switch_interval_ms: float = 5.0  # the interpreter's thread switch interval (sys.setswitchinterval): how long a
     # thread that gave the GIL up for a torch operation may wait to get it back while another thread runs Python
-    gc_freeze: bool = True  # after warm-up, the warm heap out of the garbage collector's reach (server.heap)
+    gc_freeze: bool = True  # after warm-up, the warm heap out of the garbage collector's reach (app.heap)
     allow_local_paths: bool = False  # requests may name a server file instead of a datastore id (single-user only)
     max_upload_mb: float = 2048.0  # largest request body (image or label upload) in MiB
     # The largest volume read from a client (image, label, session, DICOM series), judged from its header before
