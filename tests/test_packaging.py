@@ -42,6 +42,20 @@ def test_the_checkout_app_main_is_the_package_one():
     assert main.resolve() == Path(str(MAIN)).resolve()
 
 
+def test_an_app_folder_an_earlier_version_made_gets_the_new_main_and_a_users_own_is_kept(tmp_path):
+    """The app moved from rocm_zoo.server to rocm_zoo.app: a main.py copied before names it where it no longer is."""
+    from rocm_zoo.app.app_folder import MAIN, make_app_folder
+
+    earlier, own = tmp_path / "earlier", tmp_path / "own"
+    for folder, text in ((earlier, "from rocm_zoo.server.app import MyApp  # noqa: F401\n"),
+                         (own, "from my_site.app import SiteApp  # noqa: F401\n")):
+        folder.mkdir()
+        (folder / "main.py").write_text(text)
+        make_app_folder(folder)
+    assert (earlier / "main.py").read_bytes() == Path(str(MAIN)).read_bytes()
+    assert (own / "main.py").read_text() == "from my_site.app import SiteApp  # noqa: F401\n"
+
+
 def test_default_paths_follow_the_current_folder(tmp_path, monkeypatch):
     from rocm_zoo.samples.write import TRAINED_WEIGHTS, default_paths, installed
 
