@@ -72,14 +72,21 @@ def open_study(page, server_url: str, study: str, series_description: str) -> np
     """Opens the study in OHIF's MONAI Label mode and waits for the CT slice; returns the axial viewport's pixels.
     If the slice never shows, the error names the page's requests that failed."""
     failed: list[str] = []
-    page.on("response", lambda r: failed.append(f"{r.status} {r.request.method} {r.url}") if r.status >= 400 else None)
-    page.on("requestfailed", lambda r: failed.append(f"failed ({r.failure}) {r.method} {r.url}"))
-    page.on("console", lambda m: failed.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-    page.goto(f"{server_url}/ohif/monai-label?StudyInstanceUIDs={study}")
+    listeners = {
+        "response": lambda r: failed.append(f"{r.status} {r.request.method} {r.url}") if r.status >= 400 else None,
+        "requestfailed": lambda r: failed.append(f"failed ({r.failure}) {r.method} {r.url}"),
+        "console": lambda m: failed.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
+    }
+    for event, listener in listeners.items():
+        page.on(event, listener)
     try:
+        page.goto(f"{server_url}/ohif/monai-label?StudyInstanceUIDs={study}")
         page.wait_for_selector("[data-viewport-uid] canvas", timeout=TIMEOUT_MS)
     except Exception as e:
         raise AssertionError("OHIF showed no slice; what failed on the page:\n" + "\n".join(failed[:40])) from e
+    finally:
+        for event, listener in listeners.items():
+            page.remove_listener(event, listener)
     banner = page.get_by_text("Confirm and Hide")
     if banner.count():
         banner.first.click()

@@ -1,4 +1,5 @@
-"""What every sample bundle writer shares: file writes (the engine's atomic writer) and the mark that tells a sample from a real bundle."""
+"""What every sample bundle writer shares: file writes (the engine's atomic writer) and the mark that tells a sample
+from a real bundle."""
 
 from __future__ import annotations
 
