@@ -113,7 +113,10 @@ def test_kill_9_during_saves_and_a_batch(sample_env, studies):
             assert srv.proc.poll() is None, log.read_text()[-3000:]
             time.sleep(0.2)
         # The next manual label save stops between its complete temporary file and the rename: kill it there.
-        arm.write_text(str(studies / "labels" / "manual" / "*"))
+        # Written then renamed, as the server writes the marker: a half-written (empty) pattern would match any write.
+        arming = Path(f"{arm}.writing")
+        arming.write_text(str(studies / "labels" / "manual" / "*"))
+        arming.replace(arm)
         look_until = time.time() + 120
         while not marker.exists():
             assert time.time() < look_until, "no label save reached the paused write in 2 minutes"

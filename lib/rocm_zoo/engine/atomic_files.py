@@ -71,7 +71,9 @@ def _paused_for_test(dest: Path, tmp: str) -> None:
         return
     if pattern and not fnmatch.fnmatch(str(dest), pattern):
         return
-    Path(marker).write_text(tmp)
+    # Written then renamed: the test polls for the marker and must never read it empty.
+    Path(marker + ".writing").write_text(tmp)
+    os.replace(marker + ".writing", marker)
     while arm.exists():
         time.sleep(0.05)
 
