@@ -5,6 +5,7 @@ weights kept on the host; and a stopped training ends at its next turn with noth
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ def test_a_training_takes_background_turns_and_keeps_the_best_weights(site):
     outcome = run.run()
     p = run.progress
     assert outcome.state == "done" and p.epoch == 2 and len(p.losses) == 4, outcome.reason
+    assert p.iteration == p.total_iterations == 2 and p.end_ts is not None
     assert p.baseline_dice is not None and p.best_dice is not None and p.samples_per_iteration == 1
     # one turn per training step at least, plus the validation forwards and DeepEdit's simulated clicks
     assert device_queue("cpu").info()["background"]["served"] - turns >= 4 + 3
@@ -56,10 +58,23 @@ def test_a_training_takes_background_turns_and_keeps_the_best_weights(site):
 def test_a_stopped_training_ends_at_its_next_turn(site):
     bundle, data = site
     run = TrainingRun(plan(bundle, data, 50), Work(Priority.BACKGROUND, "test", what="training"))
-    threading.Timer(2.0, run.stop).start()
+
+    def stop_in_the_second_epoch():  # two training labels: iterations 1-2 are the first epoch
+        deadline = time.time() + 300
+        while len(run.progress.iteration_ends) < 3 and time.time() < deadline:
+            time.sleep(0.05)
+        run.stop()
+
+    threading.Thread(target=stop_in_the_second_epoch, daemon=True).start()
     outcome = run.run()
     assert outcome.state == "stopped" and not outcome.better and outcome.best_state is None
     assert run.progress.epoch < 50
+    # What the viewers read after the stop: the run's time stands still and no count runs past its total.
+    stats = run.progress.as_stats()
+    assert stats["state"] == "stopped" and "current_time" not in stats
+    assert stats["epoch"] >= 1 and 0 < stats["iteration"] <= stats["total_iterations"] == 2, stats
+    time.sleep(1.1)
+    assert run.progress.as_stats()["total_time"] == stats["total_time"]
 
 
 def test_without_validation_labels_nothing_runs(site):

@@ -63,9 +63,10 @@ class Progress:
 
     state: str = "starting"  # starting, validating (the served weights), training, done, stopped, failed
     start_ts: float = field(default_factory=time.time)
+    end_ts: float | None = None  # set as the run ends (done, stopped or failed): its time stops growing there
     epoch: int = 0
     total_epochs: int = 0
-    iteration: int = 0
+    iteration: int = 0  # within the current epoch, as total_iterations counts an epoch's (ignite counts the whole run)
     total_iterations: int = 0
     loss: float | None = None
     baseline_dice: float | None = None  # the served weights on this validation set
@@ -85,8 +86,11 @@ class Progress:
         recent = self.epoch_seconds[-3:]
         return round(sum(recent) / len(recent) * (self.total_epochs - self.epoch), 1)
 
+    def end(self, state: str) -> None:
+        self.state, self.end_ts = state, time.time()
+
     def as_stats(self) -> dict[str, Any]:
-        elapsed = int(time.time() - self.start_ts)
+        elapsed = int((self.end_ts or time.time()) - self.start_ts)
         return {
             "state": self.state,
             "epoch": self.epoch,
@@ -137,11 +141,11 @@ class TrainingRun:
             try:
                 return self._run()
             except WorkCancelled:
-                self.progress.state = "stopped"
+                self.progress.end("stopped")
                 return Outcome("stopped", False, "stopped before it ended; the served weights are kept",
                                progress=self.progress)
             except Exception as e:  # a crashed training leaves the served model as it was
-                self.progress.state = "failed"
+                self.progress.end("failed")
                 logger.exception("training of %s failed", self.plan.bundle_dir.name)
                 return Outcome("failed", False, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
                                progress=self.progress)
@@ -168,7 +172,7 @@ class TrainingRun:
         self._follow(trainer, evaluator, network)
         self.progress.state = "training"
         trainer.run()
-        self.progress.state = "done"
+        self.progress.end("done")
         best, baseline = self.progress.best_dice, self.progress.baseline_dice
         if best is None:
             return Outcome("done", False, "no validation ran; the served weights are kept", progress=self.progress)
@@ -252,7 +256,8 @@ class TrainingRun:
 
         @trainer.on(Events.ITERATION_COMPLETED)
         def _iteration(engine):
-            p.iteration = engine.state.iteration
+            per_epoch = engine.state.epoch_length or 0
+            p.iteration = (engine.state.iteration - 1) % per_epoch + 1 if per_epoch else engine.state.iteration
             p.loss = _loss(engine.state.output)
             p.iteration_ends.append(time.perf_counter())
             if not p.samples_per_iteration:
