@@ -26,8 +26,14 @@ def full_collection_s() -> float:
     return time.perf_counter() - start
 
 
-def test_a_slow_collection_is_counted_and_logged(watch, caplog):
+def test_a_slow_collection_is_counted_and_warned_of_once_the_heap_is_frozen(watch, caplog):
     watch.slow_s = 0.0  # every collection counts as slow here
+    with caplog.at_level(logging.DEBUG, logger="rocm_zoo.app.heap"):
+        gc.collect()  # warming up: counted, logged at DEBUG only
+    assert watch.info()["slow_collections"] >= 1
+    assert "stopped every thread" in caplog.text and not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    watch.freeze_warm_heap()
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="rocm_zoo.app.heap"):
         gc.collect()
     info = watch.info()

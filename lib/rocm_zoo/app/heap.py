@@ -7,7 +7,8 @@ them (MONAI, the bundles' configs, torch.compile's graphs and guards); one full 
 collector's reach (`gc.freeze`): later collections walk only what was made since. Objects are still freed by reference
 counting; only a reference cycle among them that dies later stays in memory (a model rebuilt after warm-up, rarely).
 
-`PauseWatch` times every collection and logs one that stopped the server for `SLOW_PAUSE_S` or longer; `/info`
+`PauseWatch` times every collection and warns of one that stopped the warm server for `SLOW_PAUSE_S` or longer (before
+the freeze, while models load and compile, long collections are expected and logged at DEBUG only); `/info`
 (`rocm_zoo.heap`) shows the freeze and the longest pause. There is one per process (`watch()`): the collector is.
 """
 
@@ -35,6 +36,7 @@ class PauseWatch:
         self._started: float | None = None
         self._freezing = False  # the freeze's own collection is no pause to warn of: it happens once, before serving
         self.frozen_objects = 0
+        self.frozen = False  # the warm heap is frozen: from here a slow collection is news
         self.full_collection_s = 0.0  # the full collection just before the freeze: what each one cost until then
         self._lock = threading.Lock()
 
@@ -58,8 +60,9 @@ class PauseWatch:
         self.longest_s = max(self.longest_s, seconds)
         if seconds >= self.slow_s and not self._freezing:
             self.slow += 1
-            logger.warning("rocm_zoo: a garbage collection (generation %s, %s objects freed) stopped every thread for "
-                           "%.3f s", info.get("generation"), info.get("collected"), seconds)
+            logger.log(logging.WARNING if self.frozen else logging.DEBUG,
+                       "rocm_zoo: a garbage collection (generation %s, %s objects freed) stopped every thread for "
+                       "%.3f s", info.get("generation"), info.get("collected"), seconds)
 
     def freeze_warm_heap(self) -> None:
         """A last full collection, then everything alive now out of the collector's reach (see the module's doc).
@@ -73,7 +76,7 @@ class PauseWatch:
                 self._freezing = False
             self.full_collection_s = time.perf_counter() - start
             gc.freeze()
-            self.frozen_objects = gc.get_freeze_count()
+            self.frozen, self.frozen_objects = True, gc.get_freeze_count()
             self.collections, self.slow, self.longest_s = 0, 0, 0.0
         logger.info("rocm_zoo: %d objects of the warm server moved out of the garbage collector's reach (a full "
                     "collection over them stopped every thread for %.2f s)", self.frozen_objects,

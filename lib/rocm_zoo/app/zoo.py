@@ -10,6 +10,7 @@ from typing import Any
 
 from rocm_zoo.app import heap
 from rocm_zoo.app.config import AppConfig
+from rocm_zoo.app.startup_log import WARM_THREAD, quiet_startup_logs
 from rocm_zoo.engine.backend import apply_env_defaults, describe, detect_backend, use_persistent_compile_cache
 from rocm_zoo.engine.image_cache import ImageCache
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, overlay_path
@@ -28,6 +29,7 @@ class Zoo:
         self.overlays_dir = OVERLAYS_DIR
         use_persistent_compile_cache(self.model_dir / ".cache" / "inductor")
         self.backend = detect_backend(self.config.device)
+        quiet_startup_logs(gpu=self.backend.device != "cpu")
         applied = apply_env_defaults(self.backend)
         logger.info("rocm_zoo: %s", describe(self.backend))
         if applied:
@@ -67,7 +69,7 @@ class Zoo:
         if not background:
             self._warm_all(interactive + batch, reraise_interactive=True)
             return
-        self._background = threading.Thread(target=self._warm_all, args=(interactive + batch,), name="rocm_zoo-warm",
+        self._background = threading.Thread(target=self._warm_all, args=(interactive + batch,), name=WARM_THREAD,
                                             daemon=True)
         self._background.start()
 

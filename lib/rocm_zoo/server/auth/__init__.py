@@ -242,4 +242,5 @@ def restrict_cors(web: FastAPI, origins: tuple[str, ...]) -> None:
                                   allow_methods=["*"], allow_headers=["*"]))
     web.user_middleware[:] = kept
     web.middleware_stack = None
-    logger.info("rocm_zoo: CORS origins allowed: %s", ", ".join(origins) if origins else "none (same origin only)")
+    logger.info("rocm_zoo: CORS origins allowed: %s (in place of the \"Allow Origins: ['*']\" MONAI Label printed "
+                "as it started)", ", ".join(origins) if origins else "none, same origin only")
