@@ -1,6 +1,7 @@
 """The sliding-window bundles (wholeBody_ct, swin_unetr_btcv, pancreas_ct_dints) through a real MONAI Label server:
-warm in the background while the server already answers, one compiled graph per network whatever the volume size,
-and their phantom-trained tiny weights segment the test phantoms' organs (per-organ Dice against the truth)."""
+warm in the background while the server already answers (requests meanwhile run eager), one compiled graph per
+network whatever the volume size, and their phantom-trained tiny weights segment the test phantoms' organs (per-organ
+Dice against the truth)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import requests
 import SimpleITK as sitk
 from monailabel.client import MONAILabelClient
 
-from rocm_zoo.engine.masks import dice
+from rocm_zoo.engine.masks import central_voxel, dice
 from rocm_zoo.registry import TASKS
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import training_labels
@@ -29,9 +30,10 @@ BATCH_MODELS = ("wholeBody_ct", "swin_unetr_btcv", "pancreas_ct_dints")
 IMAGES = ("phantom_test0", "phantom_test1", LPS_SPEC.name)
 
 
-def segment(server: str, model: str, image_id: str) -> tuple[sitk.Image, dict]:
+def segment(server: str, model: str, image_id: str, params: dict | None = None) -> tuple[sitk.Image, dict]:
     with tempfile.TemporaryDirectory() as tmpdir:
-        result, params = MONAILabelClient(server, tmpdir=tmpdir).infer(model, image_id, {"result_extension": ".nrrd"})
+        result, params = MONAILabelClient(server, tmpdir=tmpdir).infer(model, image_id,
+                                                                       params or {"result_extension": ".nrrd"})
         return sitk.ReadImage(result), params
 
 
@@ -95,27 +97,44 @@ def test_trained_sample_segments_the_phantom_organs(server, sample_env, model):
     assert worst >= MIN_ORGAN_DICE[model], table
 
 
-def test_a_request_for_a_model_still_warming_waits_for_that_warm_up(sample_env, tmp_path):
-    # A server of its own, with one batch model and a cold compile cache: it answers at once while the model warms in
-    # the background (the shared session server's models are warm by the time a test asks).
+def test_requests_before_the_compile_ends_run_eager_and_match_the_compiled_answers(sample_env, tmp_path):
+    # A server of its own with a cold compile cache, DeepEdit and one batch model, asked the moment it answers (the
+    # shared session server's models are warm by the time a test asks): a click and a segmentation run the loaded
+    # network eager while the warm-up compiles it, then the same requests run compiled and say the same.
     model = BATCH_MODELS[0]
     studies = tmp_path / "studies"
     studies.mkdir()
     shutil.copy(sample_env.image_path(IMAGES[0]), studies)
-    with monailabel_server(sample_env.app_dir, str(studies), model, tmp_path / "server.log", cwd=tmp_path,
-                           timeout_s=900, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}) as url:
-        state = requests.get(f"{url}/info/").json()["rocm_zoo"]["warm"][model]
-        assert state.split()[0] in {"pending", "warming"}, f"{model} was {state!r} when the request was sent"
-        mask, _ = segment(url, model, IMAGES[0])  # waits in the pool for the one build, then segments
-        image = sitk.ReadImage(str(sample_env.image_path(IMAGES[0])))
-        assert mask.GetSize() == image.GetSize()
-        assert np.allclose(mask.GetSpacing(), image.GetSpacing())
-        assert len(np.unique(sitk.GetArrayFromImage(mask))) >= 2
+    truth = sample_env.truth(IMAGES[0]) == 1
+    click = {"result_extension": ".nrrd", "result_dtype": "uint8", "label": "spleen", "background": [],
+             "spleen": [central_voxel(truth)]}
+    started = time.time()
+    with monailabel_server(sample_env.app_dir, str(studies), f"spleen_deepedit,{model}", tmp_path / "server.log",
+                           cwd=tmp_path, timeout_s=900, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")},
+                           ready=False) as url:
+        eager_click, _ = segment(url, "spleen_deepedit", IMAGES[0], click)
+        answered_s = time.time() - started
+        states = {name: info["compile_state"] for name, info in models_info(url).items() if "compile_state" in info}
+        assert states.get("spleen_deepedit") in {"eager", "compiling"}, states
+        assert answered_s <= 60, f"the first click was answered {answered_s:.0f} s after the start"
+        eager_mask, _ = segment(url, model, IMAGES[0])
+        assert models_info(url)[model].get("compile_state") in {"eager", "compiling", None}
         warm = wait_all_warm(url)
-        assert warm[model].startswith("warm"), warm
-        info = models_info(url)[model]
-        # one build, warmed once at its one window batch: the request did not build or warm a second copy
-        assert info["warm"] is True and len(info["warmed_shapes"]) == 1, info["warmed_shapes"]
+        assert all(state.startswith("warm") for state in warm.values()), warm
+        compiled_click, _ = segment(url, "spleen_deepedit", IMAGES[0], click)
+        compiled_mask, _ = segment(url, model, IMAGES[0])
+        info = models_info(url)
+    print(f"\nfirst click answered {answered_s:.1f} s after the start, eager")
+    for name in ("spleen_deepedit", model):
+        assert info[name]["compile_state"] == "compiled" and info[name]["warm"] is True, info[name]
+    # one build per network, warmed once at its shapes: no request built, compiled or warmed a second copy
+    assert len(info[model]["warmed_shapes"]) == 1, info[model]["warmed_shapes"]
+    assert "warm in" not in "".join(line for line in (tmp_path / "server.log").read_text().splitlines()
+                                    if "[rocm_zoo-request" in line)
+    for eager, compiled in ((eager_click, compiled_click), (eager_mask, compiled_mask)):
+        a, b = sitk.GetArrayFromImage(eager), sitk.GetArrayFromImage(compiled)
+        assert a.shape == b.shape and np.mean(a == b) >= 0.995, np.mean(a == b)
+    assert dice(sitk.GetArrayFromImage(eager_click).transpose(2, 1, 0) == 1, truth) >= 0.8
 
 
 def test_a_volume_too_large_for_memory_is_a_507_and_the_server_goes_on(server, sample_env):

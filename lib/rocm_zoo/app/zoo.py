@@ -61,7 +61,8 @@ class Zoo:
     def warm(self, background: bool = True) -> None:
         """Interactive models first, then the automatic ones. In the background (the server's way) the server answers
         meanwhile: `/health/ready` says 503 until every interactive model is warm, and a request for a model still
-        warming waits for it in the pool (one build per network, never a second compile)."""
+        warming runs it eager (same weights, layout and autocast) as soon as it is loaded, until its compiled graphs
+        are warm (one build per network, none in a request)."""
         interactive = [t for t in self.tasks.values() if t.entry.interactive]
         batch = [t for t in self.tasks.values() if not t.entry.interactive]
         for task in self.tasks.values():
@@ -69,6 +70,8 @@ class Zoo:
         if not background:
             self._warm_all(interactive + batch, reraise_interactive=True)
             return
+        for task in self.tasks.values():  # until its warm-up compiles it, a model's requests run it eager
+            task.compile_in_requests = False
         self._background = threading.Thread(target=self._warm_all, args=(interactive + batch,), name=WARM_THREAD,
                                             daemon=True)
         self._background.start()

@@ -4,7 +4,9 @@ A network is built once: bundle config + overlay parsed, weights loaded strictly
 at the exact shapes it will see, so compilation never happens inside a request. It is rebuilt when its weights file
 changes, unless the new weights were swapped into it in place (`NetworkPool.swap_weights`: same parameter storage,
 so the compiled graphs stay valid and nothing recompiles). The pool is thread-safe: a second caller asking for a
-network that is still warming waits for it instead of compiling a second copy.
+network that is still warming waits for it instead of compiling a second copy, unless it asks for the network as it
+is (`compile=False`, the server's requests while its background warm-up runs): then it gets it at once and runs it
+eager, with the same weights, layout and autocast, until the compiled graphs are built (`CompileSwitch`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import torch
 from torch import nn
 
 from rocm_zoo.engine.backend import Backend, detect_backend, normalise_device
+from rocm_zoo.engine.fx_threads import isolate_fx_tracing_patches
 from rocm_zoo.engine.overlay import AMP_DTYPES, MEMORY_FORMATS, OverlaySettings, bundle_on_path, load_config, load_weights
-from rocm_zoo.engine.overlay import compile_network, prepare_network, read_settings, unwrap_state_dict
+from rocm_zoo.engine.overlay import prepare_network, read_settings, submodules_to_compile, unwrap_state_dict
 from rocm_zoo.engine.readers_writer import ReadersWriterLock
 from rocm_zoo.engine.scheduler import current_work, device_turn, waiting_for_lower_work
 from rocm_zoo.errors import InvalidRequest
@@ -72,6 +75,69 @@ def in_layout(x: torch.Tensor, memory_format: torch.memory_format) -> torch.Tens
     return torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=memory_format).copy_(x)
 
 
+class CompileSwitch:
+    """Which code a run of a network takes: the compiled graphs only where they are built. The thread building them
+    (compiling and warming) runs them; every other thread runs the eager module meanwhile, and afterwards runs compiled
+    at the shapes that were warmed (the whole network) or everywhere (compiled submodules, which bring their own
+    dynamic shapes). So no request waits for a compiler, and none compiles: a shape nobody warmed runs eager."""
+
+    def __init__(self) -> None:
+        isolate_fx_tracing_patches()  # else a module run eager meanwhile can enter the compiling thread's FX tracer
+        self._local = threading.local()
+        self._builders = 0
+        self._guard = threading.Lock()
+        self.built = False  # a build has ended: the compiled code is warm
+
+    @contextmanager
+    def building(self) -> Iterator[None]:
+        """Around compiling and warming, in the thread that does it (nested calls are one build)."""
+        depth = getattr(self._local, "building", 0)
+        self._local.building = depth + 1
+        if depth == 0:
+            with self._guard:
+                self._builders += 1
+        try:
+            yield
+        finally:
+            self._local.building = depth
+            if depth == 0:
+                with self._guard:
+                    self._builders -= 1
+                    self.built = True
+
+    def building_here(self) -> bool:
+        return bool(getattr(self._local, "building", 0))
+
+    def building_elsewhere(self) -> bool:
+        return self._builders > (1 if self.building_here() else 0)
+
+    @contextmanager
+    def running(self, compiled: bool) -> Iterator[None]:
+        """Around one run: what this thread's compiled submodules take (see `switchable_submodules`)."""
+        before = getattr(self._local, "compiled", False)
+        self._local.compiled = compiled
+        try:
+            yield
+        finally:
+            self._local.compiled = before
+
+    def compiled_here(self) -> bool:
+        return getattr(self._local, "compiled", False)
+
+
+def switchable_submodules(network: nn.Module, settings: OverlaySettings, switch: CompileSwitch) -> None:
+    """`nn.Module.compile` on the overlay's submodules, except that each call goes to the compiled code only when the
+    run it belongs to was told so (`CompileSwitch.running`), else to the module's own eager call."""
+    for name, module in submodules_to_compile(network, settings):
+        compiled = torch.compile(module._call_impl, mode=settings.compile_mode,
+                                 dynamic=None if name in settings.compile_dynamic else False)
+
+        def call(*args: Any, _compiled=compiled, _eager=module._call_impl, **kwargs: Any) -> Any:
+            return (_compiled if switch.compiled_here() else _eager)(*args, **kwargs)
+
+        module._compiled_call_impl = call
+
+
 @dataclass
 class WarmNetwork:
     key: PoolKey
@@ -89,6 +155,7 @@ class WarmNetwork:
     # cached ones), which renames the module's own keys but not the checkpoint's.
     _state: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     _after_swap: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    switch: CompileSwitch = field(default_factory=CompileSwitch, repr=False)
 
     def __post_init__(self) -> None:
         if not self._state:
@@ -105,11 +172,34 @@ class WarmNetwork:
         extra arguments (prompts) go to the network as they are."""
         return self._run(x, args, kwargs, turn=True)
 
+    @property
+    def compiled(self) -> bool:
+        return self.key.compile_mode != "eager"
+
+    def _runs_compiled(self, shape: tuple[int, ...]) -> bool:
+        if not self.compiled or self.switch.building_here():
+            return self.compiled
+        if self.switch.building_elsewhere():
+            return False
+        if self.runner is self.eager:  # compiled submodules: warm once built
+            return self.switch.built
+        return shape in self.warmed_shapes
+
+    def compile_state(self) -> str:
+        """What a request runs now: `eager` (compile off, or not built yet), `compiling` (built meanwhile; requests run
+        eager) or `compiled`."""
+        if not self.compiled or not (self.switch.built or self.switch.building_elsewhere()):
+            return "eager"
+        return "compiling" if self.switch.building_elsewhere() else "compiled"
+
     def _run(self, x: torch.Tensor, args: tuple, kwargs: dict, turn: bool) -> torch.Tensor:
         x = x.as_tensor() if hasattr(x, "as_tensor") else x
         x = x.to(self.backend.device, dtype=torch.float32)
         n = x.shape[0]
         full = self.padded_batch(tuple(x.shape)) if not (args or kwargs) else n
+        compiled = self._runs_compiled((full, *x.shape[1:]))
+        if not compiled:
+            full = n  # eager takes any batch
         if full > n:
             x = torch.cat([x, x.new_zeros((full - n, *x.shape[1:]))])
         x = in_layout(x, MEMORY_FORMATS[self.key.memory_format])
@@ -121,8 +211,12 @@ class WarmNetwork:
             if self.dtype != torch.float32
             else nullcontext()
         )
-        with device_turn(self.backend.device) if turn else nullcontext(), self._lock, torch.no_grad(), autocast:
-            y = self.runner(x, *args, **kwargs)
+        runner = self.runner if compiled else self.eager
+        # Compiled runs one at a time (the compiled code's own state, CUDA graphs); eager ones need no lock, so a
+        # request runs eager while the building thread compiles under it.
+        with device_turn(self.backend.device) if turn else nullcontext(), self._lock if compiled else nullcontext(), \
+                self.switch.running(compiled), torch.no_grad(), autocast:
+            y = runner(x, *args, **kwargs)
         return y[:n].float() if full > n else y.float()
 
     @contextmanager
@@ -175,13 +269,14 @@ class WarmNetwork:
         """Compile and run at each exact input shape; returns the seconds it took."""
         start = time.perf_counter()
         gen = torch.Generator().manual_seed(0)
-        for shape in shapes:
-            x = torch.rand(tuple(shape), generator=gen)
-            # The first call compiles: host work, outside the device's turns, so clicks go on meanwhile. The second still
-            # meets one-time set-up (algorithm search) and runs as the scheduler's background work.
-            self._run(x, (), {}, turn=False)
-            self(x)
-            self.warmed_shapes.append(tuple(shape))
+        with self.switch.building():
+            for shape in shapes:
+                x = torch.rand(tuple(shape), generator=gen)
+                # The first call compiles: host work, outside the device's turns, so clicks go on meanwhile. The
+                # second still meets one-time set-up (algorithm search) and runs as the scheduler's background work.
+                self._run(x, (), {}, turn=False)
+                self(x)
+                self.warmed_shapes.append(tuple(shape))
         if self.backend.device.startswith("cuda"):
             torch.cuda.synchronize(self.backend.device)
         self.warm_seconds = round(time.perf_counter() - start, 2)
@@ -194,8 +289,9 @@ class WarmNetwork:
             "device_name": self.backend.device_name,
             "dtype": self.key.dtype,
             "memory_format": self.key.memory_format,
-            "compiled": self.key.compile_mode != "eager",
+            "compiled": self.compiled,
             "compile_mode": self.key.compile_mode,
+            "compile_state": self.compile_state(),
             "gemm_transpose": self.key.gemm_transpose,
             "cudnn_benchmark": self.settings.cudnn_benchmark,
             "warm": bool(self.warmed_shapes),
@@ -221,12 +317,14 @@ def build_network(spec: NetworkSpec) -> WarmNetwork:
     load_weights(network, weights)
     network = prepare_network(network.eval(), settings, backend.device).requires_grad_(False)
     compile_mode = (settings.compile_mode or "default") if backend.compile else "eager"
+    switch = CompileSwitch()
     if not backend.compile:
         runner = network
     elif settings.compile_submodules is None:
         runner = torch.compile(network, mode=settings.compile_mode, dynamic=False)
     else:
-        runner = compile_network(network, settings)
+        switchable_submodules(network, settings, switch)
+        runner = network
     key = PoolKey(
         bundle=Path(spec.bundle_dir).name,
         device=backend.device,
@@ -235,7 +333,7 @@ def build_network(spec: NetworkSpec) -> WarmNetwork:
         compile_mode=compile_mode,
         gemm_transpose=settings.gemm_transpose,
     )
-    return WarmNetwork(key, network, runner, backend, settings, weights, weights.stat().st_mtime)
+    return WarmNetwork(key, network, runner, backend, settings, weights, weights.stat().st_mtime, switch=switch)
 
 
 def check_state_dict(state: Mapping[str, Any], expected: Mapping[str, torch.Tensor], what: str) -> None:
@@ -282,30 +380,42 @@ class NetworkPool:
         """The network if it is built already; never builds."""
         return self._nets.get(self._normalised(spec))
 
-    def get(self, spec: NetworkSpec, warm_shapes: Sequence[Sequence[int]] = ()) -> WarmNetwork:
+    def get(self, spec: NetworkSpec, warm_shapes: Sequence[Sequence[int]] = (), compile: bool = True) -> WarmNetwork:
+        """The network, built if it is not, and compiled and warmed at `warm_shapes` unless `compile` is False: then a
+        network that is built is returned as it is, at once, even while another thread compiles it (the caller runs it
+        eager until it is warm; see `CompileSwitch`)."""
         spec = self._normalised(spec)
+        if not compile and (net := self._current(spec)) is not None:
+            return net
         with self._guard:
             lock = self._locks.setdefault(spec, threading.Lock())
         if not lock.acquire(blocking=False):  # held while building: a concurrent caller waits instead of compiling
             with waiting_for_lower_work():  # the builder may be the background warm-up, which steps aside for requests
                 while not lock.acquire(timeout=0.1):
                     current_work().check()  # a second copy; a request that is given up meanwhile stops waiting
+                    if not compile and (net := self._current(spec)) is not None:
+                        return net  # built; the holder compiles it now
         try:
-            net = self._nets.get(spec)
-            weights = Path(spec.bundle_dir) / spec.weights
-            if net is not None and weights.stat().st_mtime != net.weights_mtime:
-                logger.info("%s: weights file changed; reloading", weights)
-                net = None
+            net = self._current(spec)
             if net is None:
+                if spec in self._nets:
+                    logger.info("%s: weights file changed; reloading", Path(spec.bundle_dir) / spec.weights)
                 net = build_network(spec)
                 self._nets[spec] = net
             missing = [tuple(s) for s in warm_shapes if tuple(s) not in net.warmed_shapes]
-            if missing:
+            if missing and compile:
                 seconds = net.warm(missing)
                 logger.info("%s warm in %.1f s at %s", net.key, seconds, missing)
             return net
         finally:
             lock.release()
+
+    def _current(self, spec: NetworkSpec) -> WarmNetwork | None:
+        """The built network of `spec` if its weights file is still the one it was built from."""
+        net = self._nets.get(spec)
+        if net is not None and (Path(spec.bundle_dir) / spec.weights).stat().st_mtime != net.weights_mtime:
+            return None
+        return net
 
     def networks(self) -> list[WarmNetwork]:
         return list(self._nets.values())

@@ -69,6 +69,9 @@ class OverlayBundleTask(BundleInferTask):
         self.pool = pool
         self.image_cache = image_cache
         self.device = normalise_device(device)
+        # False while a background warm-up will compile this task's network: requests then run it eager meanwhile
+        # rather than compile it themselves or wait for the compiler.
+        self.compile_in_requests = True
         super().__init__(str(bundle_dir), conf={}, type=entry.kind, load_strict=True)
         self._config["device"] = self.device
 
@@ -96,18 +99,25 @@ class OverlayBundleTask(BundleInferTask):
     def warm(self) -> float:
         """Compile and warm the network, then run the bundle's warm-up requests end to end on a small synthetic
         volume, so the first real click finds every reader, transform and writer already initialised (ITK alone takes
-        seconds to load its IO)."""
-        network_seconds = self.pool.get(self.network_spec(), self._shapes).warm_seconds
-        start = time.perf_counter()
-        volume = make_warm_volume(self.warm_grid)
-        requests = self.warm_requests(volume)
-        with tempfile.TemporaryDirectory(prefix="rocm_zoo_warm_") as tmp:
-            image = os.path.join(tmp, "warmup.nii.gz")
-            volume.write(Path(image))
-            for request in requests:
-                result, _ = self({"image": image, "result_extension": ".nrrd", "result_dtype": "uint8", **request})
-                if result and os.path.exists(result):
-                    os.remove(result)
+        seconds to load its IO). Both as one build of the network: other threads' requests run it eager meanwhile,
+        and the warm-up requests compile what their prompts need (VISTA3D's heads) before any request runs it."""
+        try:
+            net = self.pool.get(self.network_spec())  # built; compiled below, inside the build
+            with net.switch.building():
+                network_seconds = self.pool.get(self.network_spec(), self._shapes).warm_seconds
+                start = time.perf_counter()
+                volume = make_warm_volume(self.warm_grid)
+                requests = self.warm_requests(volume)
+                with tempfile.TemporaryDirectory(prefix="rocm_zoo_warm_") as tmp:
+                    image = os.path.join(tmp, "warmup.nii.gz")
+                    volume.write(Path(image))
+                    for request in requests:
+                        result, _ = self({"image": image, "result_extension": ".nrrd", "result_dtype": "uint8",
+                                          **request})
+                        if result and os.path.exists(result):
+                            os.remove(result)
+        finally:
+            self.compile_in_requests = True
         logger.info("%s: %d warm-up request(s) end to end in %.1f s", self.entry.name, len(requests),
                     time.perf_counter() - start)
         return network_seconds
@@ -141,7 +151,7 @@ class OverlayBundleTask(BundleInferTask):
 
     def _get_network(self, device, data):
         # Always the task's configured device: a per-request device would mean a network nobody warmed.
-        return self.pool.get(self.network_spec(), self._shapes)
+        return self.pool.get(self.network_spec(), self._shapes, compile=self.compile_in_requests)
 
     def run_inferer(self, data: Dict[str, Any], convert_to_batch=True, device="cuda"):
         network = self._get_network(device, data)
