@@ -20,7 +20,7 @@ from rocm_zoo.engine.masks import central_voxel, dice
 from rocm_zoo.registry import TASKS
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import training_labels
-from zoo_test_support import LPS_SPEC, monailabel_server
+from zoo_test_support import LPS_SPEC, monailabel_server, wait_all_warm
 
 pytestmark = pytest.mark.slow
 
@@ -39,16 +39,6 @@ def segment(server: str, model: str, image_id: str, params: dict | None = None) 
 
 def models_info(server: str) -> dict:
     return requests.get(f"{server}/info/").json()["models"]
-
-
-def wait_all_warm(server: str, timeout_s: float = 900) -> dict:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        warm = requests.get(f"{server}/info/").json()["rocm_zoo"]["warm"]
-        if all(state.startswith(("warm", "failed")) for state in warm.values()):
-            return warm
-        time.sleep(2)
-    pytest.fail(f"models still warming after {timeout_s} s: {warm}")
 
 
 def wait_listed(server: str, image_id: str, present: bool = True, timeout_s: float = 60) -> None:
