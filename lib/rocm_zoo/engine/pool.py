@@ -212,10 +212,11 @@ class WarmNetwork:
             else nullcontext()
         )
         runner = self.runner if compiled else self.eager
-        # Compiled runs one at a time (the compiled code's own state, CUDA graphs); eager ones need no lock, so a
-        # request runs eager while the building thread compiles under it.
-        with device_turn(self.backend.device) if turn else nullcontext(), self._lock if compiled else nullcontext(), \
-                self.switch.running(compiled), torch.no_grad(), autocast:
+        # Requests' runs one at a time (the compiled code's own state, CUDA graphs); the building thread's take no lock,
+        # so a request runs eager while that thread compiles.
+        run_lock = nullcontext() if self.switch.building_here() else self._lock
+        with device_turn(self.backend.device) if turn else nullcontext(), run_lock, self.switch.running(compiled), \
+                torch.no_grad(), autocast:
             y = runner(x, *args, **kwargs)
         return y[:n].float() if full > n else y.float()
 
