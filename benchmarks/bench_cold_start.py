@@ -46,7 +46,9 @@ def main() -> None:
             seconds[what] = round(time.perf_counter() - start, 1)
             print(f"{what}: {seconds[what]} s", file=sys.stderr, flush=True)
 
-        with monailabel_server(Path(a.app), a.studies, a.models, Path(work) / "server.log", Path(work), 1800,
+        # the server runs in a scratch folder: paths given relative to here are made absolute
+        with monailabel_server(Path(a.app).resolve(), str(Path(a.studies).resolve()), a.models,
+                               Path(work) / "server.log", Path(work), 1800,
                                {"TORCHINDUCTOR_CACHE_DIR": str(Path(work) / "inductor")}, ready=False) as url:
             mark("answers")
             for model, params in CLICKS.items():
