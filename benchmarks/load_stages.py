@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from rocm_zoo.bench.stats import percentile
-from rocm_zoo.server.request_stages import parse_line
+from rocm_zoo.server.http.request_stages import parse_line
 
 PHASE = re.compile(r"(\S+ \S+),\d+ .*phase '([^']+)'")
 THREAD = re.compile(r"\] \[(\S+)\] \[INFO")

@@ -92,7 +92,7 @@ def test_bench_times_the_registry_requests_marked_for_it():
 
 def test_server_app_composition_imports_neither_samples_nor_bench():
     code = ("import sys, rocm_zoo.app.app, rocm_zoo.server.tasks.vista3d, rocm_zoo.server.tasks.segmentation, "
-            "rocm_zoo.server.tasks.deepedit, rocm_zoo.server.batch, rocm_zoo.app.config\n"
+            "rocm_zoo.server.tasks.deepedit, rocm_zoo.server.batch.runs, rocm_zoo.app.config\n"
             "print([m for m in sys.modules if m.startswith(('rocm_zoo.samples', 'rocm_zoo.bench'))])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -67,8 +67,8 @@ def test_workers_killed_mid_run_lose_no_study_and_labels_match_the_single_proces
         sample_env, tmp_path, eager_overlay, ray_local):
     from rocm_zoo.scale.ray_batch import RayEngine
     from rocm_zoo.scale.ray_pool import WorkerPlan, WorkerPool, worker_spec
-    from rocm_zoo.server.batch import BatchRun
-    from rocm_zoo.server.datastore import open_local
+    from rocm_zoo.server.batch.runs import BatchRun
+    from rocm_zoo.server.store.datastore import open_local
 
     studies = _studies(sample_env, tmp_path / "studies")
     store = open_local(studies)

@@ -23,10 +23,10 @@ import pytest
 from rocm_zoo.engine import atomic_files
 from rocm_zoo.engine.volume_check import VolumeBudget, check_volume
 from rocm_zoo.errors import AlreadyExists, InvalidRequest, UploadTooLarge
-from rocm_zoo.server import archives
-from rocm_zoo.server.archives import ArchiveLimits
-from rocm_zoo.server.datastore import CheckedLocalDatastore
-from rocm_zoo.server.uploads import check_label
+from rocm_zoo.server.store import archives
+from rocm_zoo.server.store.archives import ArchiveLimits
+from rocm_zoo.server.store.datastore import CheckedLocalDatastore
+from rocm_zoo.server.store.uploads import check_label
 
 AFFINE = np.diag([1.5, 1.5, 2.0, 1.0])
 SHAPE = (16, 12, 8)
@@ -247,7 +247,7 @@ def test_a_full_disk_keeps_the_old_label_and_answers_507(store, tmp_path, monkey
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from rocm_zoo.server import http_errors
+    from rocm_zoo.server.http import errors as http_errors
 
     old = _nii(tmp_path / "old.nii.gz", np.ones(SHAPE, np.uint8))
     store.save_label("ct_a", str(old), "final", {})

@@ -1,4 +1,4 @@
-"""No server path in an answer (server.answers), and server faults not passed off as client errors (http_errors):
+"""No server path in an answer (server.http.answers), and server faults not passed off as client errors (http_errors):
 units, no server."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from fastapi import APIRouter, Depends, FastAPI
 from fastapi.responses import JSONResponse, Response
 from fastapi.testclient import TestClient
 
-from rocm_zoo.server import answers, http_errors
+from rocm_zoo.server.http import answers
+from rocm_zoo.server.http import errors as http_errors
 
 ROOT = "/srv/hospital/studies"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from rocm_zoo.server.batch import BatchRun, InProcessEngine
+from rocm_zoo.server.batch.runs import BatchRun, InProcessEngine
 
 
 def test_a_batch_study_waits_for_the_requests_in_flight():

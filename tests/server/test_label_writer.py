@@ -9,7 +9,7 @@ import torch
 from monai.data import MetaTensor
 from monailabel.transform.writer import Writer
 
-from rocm_zoo.server.label_writer import DeviceLabelWriter
+from rocm_zoo.server.store.label_writer import DeviceLabelWriter
 
 RAS = np.array([[0.98, 0, 0, -250.0], [0, 0.98, 0, -240.0], [0, 0, 5.0, 30.0], [0, 0, 0, 1]])
 LPS = np.diag([-1.0, -1.0, 1.0, 1.0]) @ RAS  # the same voxels stored with the x and y axes flipped
@@ -45,7 +45,7 @@ def test_nifti_gz_holds_the_bytes_itk_writes(tmp_path):
 
     import itk
 
-    from rocm_zoo.server.label_writer import write_nifti_gz
+    from rocm_zoo.server.store.label_writer import write_nifti_gz
 
     zyx = (np.random.default_rng(0).random((11, 29, 37)) * 3).astype(np.uint8)
     image = itk.image_view_from_array(zyx)

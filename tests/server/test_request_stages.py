@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from rocm_zoo.server import request_stages as rs
+from rocm_zoo.server.http import request_stages as rs
 
 
 def test_stages_add_up_within_a_recording_and_not_outside():
@@ -28,7 +28,7 @@ def test_report_fills_all_five_stages_and_the_line_reads_back():
                                                        "encode_seg": 0.2, "store": 0.0, "request": 1.0}
     assert result["params"]["latencies"]["infer"] == 0.5  # MONAI Label's own keys untouched
     line = rs.format_line("wholeBody_ct", "1.2.840.1", s)
-    back = rs.parse_line("2026-12-02 10:00:00 [INFO] (rocm_zoo.server.request_stages) - " + line)
+    back = rs.parse_line("2026-12-02 10:00:00 [INFO] (rocm_zoo.server.http.request_stages) - " + line)
     assert back["model"] == "wholeBody_ct" and back["image"] == "1.2.840.1"
     assert back["fetch_series"] == 0.031 and back["infer"] == 0.67 and back["request"] == 1.0  # ms in the log
     assert back["task"] == {"pre": 0.12, "infer": 0.5, "invert": 0.0, "post": 0.03, "write": 0.02}

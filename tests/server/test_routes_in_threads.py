@@ -13,7 +13,7 @@ import pytest
 from monailabel.app import app
 
 from rocm_zoo.errors import QueueFull
-from rocm_zoo.server.routes import TRULY_ASYNC_MODULES, bounded, run_blocking_handlers_in_threads, switch_off
+from rocm_zoo.server.http.routes import TRULY_ASYNC_MODULES, bounded, run_blocking_handlers_in_threads, switch_off
 
 
 def monailabel_coroutines(router, found: list) -> list:

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from rocm_zoo.errors import ConfigError, ImageNotFound, InvalidRequest
-from rocm_zoo.server import access
+from rocm_zoo.server.http import access
 from rocm_zoo.server.auth import bind_host, decide, is_loopback, tokens
 from rocm_zoo.server.auth.users import UserFile, monailabel_roles
 from rocm_zoo.app.config import AppConfig
-from rocm_zoo.server.datastore import PARTIAL, CheckedLocalDatastore
-from rocm_zoo.server.uploads import check_label
+from rocm_zoo.server.store.datastore import PARTIAL, CheckedLocalDatastore
+from rocm_zoo.server.store.uploads import check_label
 
 AFFINE = np.array([[-2.0, 0, 0, 10], [0, -2.5, 0, -4], [0, 0, 3.0, 7], [0, 0, 0, 1]])
 
@@ -235,7 +235,7 @@ def test_error_answers_have_no_paths_or_traces():
     from fastapi.testclient import TestClient
 
     from rocm_zoo.errors import InvalidRequest
-    from rocm_zoo.server import http_errors
+    from rocm_zoo.server.http import errors as http_errors
 
     app = FastAPI()
     raised = {

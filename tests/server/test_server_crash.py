@@ -22,7 +22,7 @@ import requests
 
 import secure_server
 from rocm_zoo.engine.atomic_files import TEST_PAUSE_WRITE
-from rocm_zoo.server.datastore import PARTIAL
+from rocm_zoo.server.store.datastore import PARTIAL
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import requests
 
 import secure_server
 from rocm_zoo.server.auth.users import UserFile
-from rocm_zoo.server.datastore import PARTIAL
+from rocm_zoo.server.store.datastore import PARTIAL
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import torch
 
 from rocm_zoo.engine.scheduler import Priority, current_work
 from rocm_zoo.errors import InvalidRequest
-from rocm_zoo.server.uncertainty import UncertaintyStrategy, flip_score
+from rocm_zoo.server.annotation.uncertainty import UncertaintyStrategy, flip_score
 
 SHAPE = (12, 10, 8)
 

@@ -24,14 +24,18 @@ from rocm_zoo.engine import streams
 from rocm_zoo.engine.scheduler import Priority
 from rocm_zoo.engine.volume_check import VolumeBudget, check_volume, set_budget
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
-from rocm_zoo.server import (access, answers, auth, batch_routes, device_route, http_errors, request_stages, routes,
-                             train_routes, upload_routes, uploads)
-from rocm_zoo.server.batch import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images
-from rocm_zoo.server.datastore import CheckedLocalDatastore
-from rocm_zoo.server.random_strategy import RandomStrategy
-from rocm_zoo.server.request_queue import RequestService
-from rocm_zoo.server.training import Training
-from rocm_zoo.server.uncertainty import UncertaintyStrategy
+from rocm_zoo.server import auth
+from rocm_zoo.server.annotation import train_routes
+from rocm_zoo.server.annotation.random_strategy import RandomStrategy
+from rocm_zoo.server.annotation.training import Training
+from rocm_zoo.server.annotation.uncertainty import UncertaintyStrategy
+from rocm_zoo.server.batch import routes as batch_routes
+from rocm_zoo.server.batch.runs import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images
+from rocm_zoo.server.http import access, answers, gpu_log, request_stages, routes
+from rocm_zoo.server.http import errors as http_errors
+from rocm_zoo.server.http.request_queue import RequestService
+from rocm_zoo.server.store import upload_routes, uploads
+from rocm_zoo.server.store.datastore import CheckedLocalDatastore
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +127,7 @@ class MyApp(MONAILabelApp):
             train_routes.install(web, self.training)
             # Log in beyond loopback (local users or Keycloak); after every route of ours exists, so roles apply.
             self.auth_mode = auth.install(web, self.zoo.config, self.app_dir)
-            device_route.install(web)  # GET /logs/gpu on a server without nvidia-smi
+            gpu_log.install(web)  # GET /logs/gpu on a server without nvidia-smi
             # Last, over every route: no JSON answer names a server path (studies files by their names in the folder).
             answers.install(web, lambda: (self.studies, self.app_dir))
         if self.zoo.config.warmup:

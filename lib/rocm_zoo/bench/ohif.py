@@ -5,7 +5,7 @@ model a fresh rocm_zoo server is started against it (with a new DICOMweb cache, 
 the series), waited on until every model is warm, and OHIF is opened in headless Chromium exactly as the browser test
 does (rocm_zoo.bench.ohif_driver). Timed: click on Run -> the panel's success notification (the mask is in the viewer
 then), first and `repeats` more; each with the server's own stage split of that request (fetch series, convert, infer
-with MONAI Label's pre/infer/post/write, encode SEG, store), read from the server's log line (rocm_zoo.server.request_stages).
+with MONAI Label's pre/infer/post/write, encode SEG, store), read from the server's log line (rocm_zoo.server.http.request_stages).
 
 OHIF's Run does not ask the server to save the label (its panel sends no `save_label`), so encode SEG and store are 0
 there. The store-back is timed right after, through the REST API with the very params the panel sent plus
@@ -31,7 +31,7 @@ import requests
 from rocm_zoo.bench import ohif_driver as ohif
 from rocm_zoo.bench import pacs
 from rocm_zoo.samples import phantom
-from rocm_zoo.server import request_stages
+from rocm_zoo.server.http import request_stages
 from rocm_zoo.app.app_folder import make_app_folder
 from rocm_zoo.samples.dicom_series import series_uids
 from rocm_zoo.samples.write import write_bundles, write_dicom_studies

@@ -120,7 +120,7 @@ async def _google_auth(base_url: str) -> dict[str, str]:
 
 
 def install(web: FastAPI, studies: str, timeouts: PacsTimeouts) -> DicomProxy:
-    """Our `/proxy/dicom/...` routes; MONAI Label's are removed by `rocm_zoo.server.routes.install`."""
+    """Our `/proxy/dicom/...` routes; MONAI Label's are removed by `rocm_zoo.server.http.routes.install`."""
     proxy = DicomProxy(studies, timeouts)
     user_role = RBAC(settings.MONAI_LABEL_AUTH_ROLE_USER)
 

@@ -53,11 +53,11 @@ from rocm_zoo.dicomweb import dicom_seg
 from rocm_zoo.dicomweb.pacs_http import PacsTimeouts, bound_session
 from rocm_zoo.dicomweb.pacs_listing import PacsListing
 
-from rocm_zoo.server import request_stages
-from rocm_zoo.server.access import check_name
+from rocm_zoo.server.http import request_stages
+from rocm_zoo.server.http.access import check_name
 from rocm_zoo.engine.atomic_files import atomic_copy, atomic_write_text
-from rocm_zoo.server.datastore import AtomicLocalDatastore
-from rocm_zoo.server.uploads import check_label
+from rocm_zoo.server.store.datastore import AtomicLocalDatastore
+from rocm_zoo.server.store.uploads import check_label
 from rocm_zoo.errors import ImageNotFound, InvalidRequest, PacsTimeout, PacsUnavailable
 from rocm_zoo.dicomweb.series_cache import SeriesCache, series_signature
 from rocm_zoo.dicomweb.series_check import check_series

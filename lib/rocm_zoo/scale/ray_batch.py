@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rocm_zoo.scale.ray_pool import WorkerPool, connect, plan_workers, require_ray, worker_spec
-from rocm_zoo.server.batch import BatchRun, StudyOutcome, check_tag, save_study_label
+from rocm_zoo.server.batch.runs import BatchRun, StudyOutcome, check_tag, save_study_label
 from rocm_zoo.engine.volume_check import first_line
 
 logger = logging.getLogger(__name__)
@@ -201,8 +201,8 @@ def run_batch(*, model: str, studies: Path, selection: str = "unlabeled", image_
     """`rocm-zoo batch`: segments a datastore folder's studies on Ray workers and returns (and writes) the report.
     The rate counts from the first study given out, after every worker is warm."""
     from rocm_zoo.errors import InvalidRequest
-    from rocm_zoo.server.batch import select_images
-    from rocm_zoo.server.datastore import open_local
+    from rocm_zoo.server.batch.runs import select_images
+    from rocm_zoo.server.store.datastore import open_local
 
     check_tag(tag)
     spec = worker_spec(model, model_dir, overlays_dir, extra_overlays, device)

@@ -1,2 +1,4 @@
-"""The MONAI Label layer: the tasks, datastores, routes, log-in, batch and training glue, and error mapping; composed
-by `rocm_zoo.app`. Importing it needs monailabel."""
+"""The MONAI Label layer, grouped by job: `http` (routes, request queues, answers, errors), `store` (the datastore,
+uploads, archives, the label writer), `tasks` (the infer tasks), `auth` (log-in, roles, host checks), `batch` and
+`annotation` (trainings from saved labels, active learning); composed by `rocm_zoo.app`. Importing it needs
+monailabel."""

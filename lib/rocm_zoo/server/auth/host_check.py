@@ -14,7 +14,7 @@ import ipaddress
 import json
 import logging
 
-from rocm_zoo.server.access import shown
+from rocm_zoo.server.http.access import shown
 from rocm_zoo.server.auth.binding import is_loopback
 
 logger = logging.getLogger(__name__)

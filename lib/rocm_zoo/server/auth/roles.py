@@ -7,7 +7,7 @@ that asks for the role of ROUTE_ROLES, which is tighter than MONAI Label's own i
 info, downloading model weights, the dataset zip, stopping scoring, a session upload, STOW to the PACS through the
 proxy).
 `final` labels need the reviewer role, in routes of ours (saving one, and changing its info). The routes that
-`rocm_zoo.server.routes.SWITCHED_OFF` removes (WSI inference, running scoring, uploading or deleting model weights)
+`rocm_zoo.server.http.routes.SWITCHED_OFF` removes (WSI inference, running scoring, uploading or deleting model weights)
 are not in the table.
 
 A route the table does not name keeps MONAI Label's check and is logged at start-up; the tests fail on it.
@@ -24,7 +24,7 @@ from monailabel.endpoints.user.auth import DEFAULT_USER, RBAC, User, get_current
 from monailabel.interfaces.datastore import DefaultLabelTag
 from starlette.concurrency import run_in_threadpool
 
-from rocm_zoo.server.upload_routes import cleanup_now
+from rocm_zoo.server.store.upload_routes import cleanup_now
 
 logger = logging.getLogger(__name__)
 

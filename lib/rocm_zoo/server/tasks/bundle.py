@@ -35,7 +35,7 @@ from rocm_zoo.engine.overlay import BUNDLE_IMPORT_LOCK, load_config
 from rocm_zoo.engine.pool import NetworkPool, NetworkSpec, compiled_graphs
 from rocm_zoo.engine.scheduler import Priority, current_work
 from rocm_zoo.registry import BUNDLES, Request, TaskEntry
-from rocm_zoo.server.label_writer import DeviceLabelWriter
+from rocm_zoo.server.store.label_writer import DeviceLabelWriter
 from rocm_zoo.engine.volume_check import first_line
 from rocm_zoo.engine.warm_volume import DEFAULT_GRID, WarmGrid, WarmVolume, make_warm_volume
 

@@ -15,7 +15,7 @@ from monailabel.config import settings
 from monailabel.endpoints.user.auth import RBAC, User
 
 from rocm_zoo.errors import ModelNotFound
-from rocm_zoo.server.batch import BatchRunner
+from rocm_zoo.server.batch.runs import BatchRunner
 
 # MONAI Label's own defaults for this endpoint's body: meant for its subprocess, meaningless here.
 _SUBPROCESS_KEYS = ("device", "multi_gpu", "gpus", "logging", "max_workers", "max_batch_size", "save_label")

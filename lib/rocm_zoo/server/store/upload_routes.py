@@ -30,7 +30,7 @@ from monailabel.endpoints.user.auth import RBAC, User
 from monailabel.interfaces.utils.app import app_instance
 
 from rocm_zoo.engine.volume_check import check_dicom_budget, check_volume, is_volume_name
-from rocm_zoo.server import archives
+from rocm_zoo.server.store import archives
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
-from rocm_zoo.server.access import API_ROUTES, redact
+from rocm_zoo.server.http.access import API_ROUTES, redact
 
 DROPPED_KEYS = ("path",)
 

@@ -18,8 +18,8 @@ from rocm_zoo.engine.overlay import OVERLAYS_DIR
 from rocm_zoo.engine.pool import NetworkPool
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
 from rocm_zoo.registry import BUNDLES
-from rocm_zoo.server import training_data
-from rocm_zoo.server.training_data import ModelLabels, TrainedOn
+from rocm_zoo.server.annotation import training_data
+from rocm_zoo.server.annotation.training_data import ModelLabels, TrainedOn
 from rocm_zoo.training.checkpoints import CheckpointStore, TrainingDetails
 from rocm_zoo.training.runner import OVERLAY_FILE, Outcome, TrainPlan, train_config_of
 from rocm_zoo.training.service import TrainingService, TrainJob

@@ -31,8 +31,8 @@ from monailabel.interfaces.exception import ImageNotFoundException
 from rocm_zoo.engine.atomic_files import PARTIAL, atomic_copy, atomic_write_text
 from rocm_zoo.errors import AlreadyExists, InvalidRequest
 from rocm_zoo.engine.volume_check import check_volume
-from rocm_zoo.server.access import check_name
-from rocm_zoo.server.uploads import check_label
+from rocm_zoo.server.http.access import check_name
+from rocm_zoo.server.store.uploads import check_label
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class CheckedLocalDatastore(AtomicLocalDatastore, LocalDatastore):
     def get_dataset_archive(self, limit_cases: Optional[int]) -> str:
         """MONAI Label's zip of the labelled studies (images, labels, metadata.json), in a temporary file that is
         removed again when writing it fails (a full disk); the route that sends it removes it once sent
-        (server.upload_routes)."""
+        (server.store.upload_routes)."""
         studies = self.datalist()
         if not studies:
             raise InvalidRequest("No study has a final label yet: there is no dataset to download")

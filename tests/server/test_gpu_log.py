@@ -7,13 +7,14 @@ import shutil
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from rocm_zoo.server import device_route, http_errors
+from rocm_zoo.server.http import errors as http_errors
+from rocm_zoo.server.http import gpu_log
 
 
 def test_no_gpu_tool_is_a_404_that_says_so(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     web = FastAPI()
-    device_route.install(web)
+    gpu_log.install(web)
     http_errors.install(web)
     r = TestClient(web, raise_server_exceptions=False).get("/logs/gpu")
     assert r.status_code == 404 and "nvidia-smi" in r.json()["detail"], r.text
@@ -26,6 +27,6 @@ def test_the_tool_answers_as_text(monkeypatch, tmp_path):
     monkeypatch.setattr(shutil, "which", lambda name: str(tool) if name == "rocm-smi" else None)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     web = FastAPI()
-    device_route.install(web)
+    gpu_log.install(web)
     r = TestClient(web).get("/logs/gpu")
     assert r.status_code == 200 and "GPU[0]" in r.text, r.text

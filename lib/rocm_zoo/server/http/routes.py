@@ -31,8 +31,8 @@ from monailabel.endpoints.user.auth import RBAC, User
 
 from rocm_zoo.engine.scheduler import Priority
 from rocm_zoo.errors import DeadlineExceeded, InvalidRequest, QueueFull
-from rocm_zoo.server.request_queue import ClientGone, RequestService
-from rocm_zoo.server.upload_routes import cleanup_now
+from rocm_zoo.server.http.request_queue import ClientGone, RequestService
+from rocm_zoo.server.store.upload_routes import cleanup_now
 
 # MONAI Label handlers that really await I/O stay on the event loop: none left (its DICOMweb proxy, which blocked the
 # loop, is replaced).

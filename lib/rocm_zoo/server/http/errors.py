@@ -21,8 +21,8 @@ from monailabel.interfaces.exception import (ImageNotFoundException, LabelNotFou
 from pydantic import ValidationError
 
 from rocm_zoo.errors import RocmZooError
-from rocm_zoo.server.access import redact
-from rocm_zoo.server.request_queue import ClientGone
+from rocm_zoo.server.http.access import redact
+from rocm_zoo.server.http.request_queue import ClientGone
 
 logger = logging.getLogger(__name__)
 
