@@ -116,3 +116,17 @@ def running(sample_env, studies: Path | str, log: Path, conf: dict[str, str], us
         yield server
     finally:
         stop(server)
+
+
+@contextmanager
+def serving(sample_env, root: Path, conf: dict[str, str], *, images: tuple[str, ...] | None = None,
+            users: bool = True, env: dict[str, str] | None = None, hosts: tuple[str, ...] = ("127.0.0.1",)):
+    """The usual security-test server in `root`: a copy of the sample studies (or of `images`) in root/studies, the
+    three users in root/auth/users.json unless `users` is False, its log in root/server.log."""
+    studies = copy_studies(sample_env, root / "studies", images)
+    users_file = None
+    if users:
+        users_file = root / "auth" / "users.json"
+        add_users(users_file)
+    with running(sample_env, studies, root / "server.log", conf, users_file, env=env, hosts=hosts) as server:
+        yield server

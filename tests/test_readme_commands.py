@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 import requests

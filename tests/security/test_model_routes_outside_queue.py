@@ -22,8 +22,7 @@ CONCURRENT = 14
 @pytest.fixture(scope="module")
 def srv(sample_env, tmp_path_factory):
     root = tmp_path_factory.mktemp("outside_queue")
-    studies = secure_server.copy_studies(sample_env, root / "studies")
-    with secure_server.running(sample_env, studies, root / "server.log", {}) as server:
+    with secure_server.serving(sample_env, root, {}, users=False) as server:
         yield server
 
 

@@ -32,16 +32,14 @@ HIDDEN_GETS = ["/", "/favicon.ico", "/logs/?text=true", "/logs/?lines=0", "/ohif
 @pytest.fixture(scope="module")
 def srv(sample_env, tmp_path_factory):
     root = tmp_path_factory.mktemp("paths")
-    studies = secure_server.copy_studies(sample_env, root / "studies")
-    users_file = root / "auth" / "users.json"
-    secure_server.add_users(users_file)
     tmp = root / "tmp"
     tmp.mkdir()
     sessions = root / "sessions"
     env = {"TMPDIR": str(tmp), "MONAI_LABEL_SESSION_PATH": str(sessions)}
     conf = {"auth": "on", "uncertainty_flips": "1", "uncertainty_max_new": "2"}  # uncertainty: fewer CPU runs
-    with secure_server.running(sample_env, studies, root / "server.log", conf, users_file, env=env) as server:
-        server.secrets = tuple(str(p) for p in (studies, sample_env.app_dir, tmp, sessions, root, sample_env.root))
+    with secure_server.serving(sample_env, root, conf, env=env) as server:
+        server.secrets = tuple(str(p) for p in (server.studies, sample_env.app_dir, tmp, sessions, root,
+                                                sample_env.root))
         yield server
 
 

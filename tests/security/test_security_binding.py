@@ -20,11 +20,8 @@ PROXY_NAME = "gw.hospital.example"  # --conf allowed_hosts
 @pytest.fixture(scope="module")
 def double_host(sample_env, tmp_path_factory):
     root = tmp_path_factory.mktemp("double_host")
-    studies = secure_server.copy_studies(sample_env, root / "studies", (IMAGE,))
-    users_file = root / "auth" / "users.json"
-    secure_server.add_users(users_file)
     # argparse keeps the last --host: uvicorn listens on 0.0.0.0 (the test connects to 127.0.0.1 only)
-    with secure_server.running(sample_env, studies, root / "server.log", {"warmup": "false"}, users_file,
+    with secure_server.serving(sample_env, root, {"warmup": "false"}, images=(IMAGE,),
                                hosts=("127.0.0.1", "0.0.0.0")) as server:
         yield server
 
@@ -32,9 +29,8 @@ def double_host(sample_env, tmp_path_factory):
 @pytest.fixture(scope="module")
 def loopback(sample_env, tmp_path_factory):
     root = tmp_path_factory.mktemp("loopback")
-    studies = secure_server.copy_studies(sample_env, root / "studies", (IMAGE,))
-    with secure_server.running(sample_env, studies, root / "server.log",
-                               {"warmup": "false", "allowed_hosts": PROXY_NAME}) as server:
+    with secure_server.serving(sample_env, root, {"warmup": "false", "allowed_hosts": PROXY_NAME}, images=(IMAGE,),
+                               users=False) as server:
         yield server
 
 

@@ -25,11 +25,7 @@ UNDECIDED = "routes without a role in ROUTE_ROLES"
 @pytest.fixture(scope="module")
 def srv(sample_env, tmp_path_factory):
     root = tmp_path_factory.mktemp("roles")
-    studies = secure_server.copy_studies(sample_env, root / "studies")
-    users_file = root / "auth" / "users.json"
-    secure_server.add_users(users_file)
-    with secure_server.running(sample_env, studies, root / "server.log", {"auth": "on", "warmup": "false"},
-                               users_file) as server:
+    with secure_server.serving(sample_env, root, {"auth": "on", "warmup": "false"}) as server:
         yield server
 
 

@@ -32,14 +32,10 @@ RSS_JUMP_MB = 300  # what "memory bounded" means here: the old server grew by 4 
 @pytest.fixture(scope="module")
 def srv(sample_env, tmp_path_factory):
     root = tmp_path_factory.mktemp("uploads")
-    studies = secure_server.copy_studies(sample_env, root / "studies")
-    users_file = root / "auth" / "users.json"
-    secure_server.add_users(users_file)
     temp = root / "server-tmp"
     temp.mkdir()
     sessions = root / "sessions"
-    with secure_server.running(sample_env, studies, root / "server.log",
-                               {"auth": "on", "max_volume_voxels": str(MAX_VOLUME_VOXELS)}, users_file,
+    with secure_server.serving(sample_env, root, {"auth": "on", "max_volume_voxels": str(MAX_VOLUME_VOXELS)},
                                env={"TMPDIR": str(temp), "MONAI_LABEL_SESSION_PATH": str(sessions)}) as server:
         server.temp, server.sessions, server.root = temp, sessions, root
         yield server

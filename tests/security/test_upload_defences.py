@@ -206,7 +206,6 @@ def test_a_broken_label_is_refused(tmp_path, case):
 
 
 def test_nrrd_labels_are_streamed_too(tmp_path):
-    image = _nii(tmp_path / "img.nii.gz", np.zeros(SHAPE, np.int16))
     label = np.zeros(SHAPE, np.uint8)
     label[2:5, 2:5, 2:5] = 2
     path = tmp_path / "label.nrrd"

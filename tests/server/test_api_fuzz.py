@@ -85,11 +85,7 @@ def full_schema(url: str, out: Path) -> tuple[Path, list[str]]:
 
 def test_no_request_gets_a_5xx(sample_env, tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
-    studies = secure_server.copy_studies(sample_env, root / "studies")
-    users_file = root / "auth" / "users.json"
-    secure_server.add_users(users_file)
-    with secure_server.running(sample_env, studies, root / "server.log",
-                               {"auth": "on", "max_upload_mb": "8", "warmup": "false"}, users_file) as srv:
+    with secure_server.serving(sample_env, root, {"auth": "on", "max_upload_mb": "8", "warmup": "false"}) as srv:
         token = srv.token("adm")
         annotator = srv.headers("ann")  # before the fuzzer's wrong log-ins slow this address down (429)
         schema, added = full_schema(srv.url, root / "schema.json")

@@ -33,12 +33,8 @@ ADMIN_ONLY = [("DELETE", "/datastore/image", {"id": IMAGE}), ("DELETE", "/datast
 @pytest.fixture(scope="module")
 def srv(sample_env, tmp_path_factory):
     root = tmp_path_factory.mktemp("secure")
-    studies = secure_server.copy_studies(sample_env, root / "studies")
-    users_file = root / "auth" / "users.json"
-    secure_server.add_users(users_file)
-    with secure_server.running(sample_env, studies, root / "server.log",
-                               {"auth": "on", "max_upload_mb": str(MAX_UPLOAD_MB), "cors_origins": VIEWER},
-                               users_file) as server:
+    with secure_server.serving(sample_env, root, {"auth": "on", "max_upload_mb": str(MAX_UPLOAD_MB),
+                                                  "cors_origins": VIEWER}) as server:
         yield server
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import tempfile
 import time
 from pathlib import Path
 from typing import Any

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from rocm_zoo.samples.bundles.common import check_size, sample_version, write_json, write_text, write_torch
+from rocm_zoo.samples.bundles.common import check_size, sample_version, write_json, write_text
 
 NAME = "spleen_deepedit_annotation"
 TINY_FILTERS = [8, 16, 32, 48, 64, 64]
