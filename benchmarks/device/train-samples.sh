@@ -23,5 +23,5 @@ for run in $runs; do
   bundle=${run%%:*}
   cp "/tmp/train/$bundle/$bundle-tiny.pt" "$OUT/" || true
   grep -v "Epoch: \|warn\|Warn" "/tmp/train/$bundle.log" > "$OUT/$bundle.log" || true
-  echo "== $bundle"; grep "rocm_zoo.training.runner\|rocm_zoo.samples.train_bundle\|Error" "$OUT/$bundle.log" | tail -5
+  echo "== $bundle"; grep "rocm_zoo.training.runner\|rocm_zoo.samples.train_sample\|Error" "$OUT/$bundle.log" | tail -5
 done

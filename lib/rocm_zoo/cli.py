@@ -35,7 +35,7 @@ def _sample(args: argparse.Namespace) -> int:
 
 def _train_sample(args: argparse.Namespace) -> int:
     from rocm_zoo.engine.backend import normalise_device
-    from rocm_zoo.samples.train_bundle import save_trained_weights, train_sample, trained_weights_file
+    from rocm_zoo.samples.train_sample import save_trained_weights, train_sample, trained_weights_file
     from rocm_zoo.samples.write import installed
 
     out = Path(args.out)

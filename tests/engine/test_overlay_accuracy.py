@@ -20,7 +20,7 @@ from rocm_zoo.engine.overlay import OVERLAYS_DIR, overlay_path
 from rocm_zoo.engine.pool import NetworkPool, NetworkSpec, compiled_graphs
 from rocm_zoo.registry import BUNDLES
 from rocm_zoo.bench.workloads import prepare, workloads_for
-from rocm_zoo.samples.train_bundle import sample_training
+from rocm_zoo.samples.train_sample import sample_training
 from zoo_test_support import skip_without_native_bf16
 
 

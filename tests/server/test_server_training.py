@@ -25,7 +25,7 @@ from rocm_zoo.cli import main as cli
 from rocm_zoo.engine.masks import central_voxel, dice
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import write_sample_bundle
-from rocm_zoo.samples.train import train_deepedit
+from rocm_zoo.samples.deepedit_weights import train_deepedit
 from rocm_zoo.app.app_folder import make_app_folder
 from zoo_test_support import monailabel_server
 

@@ -15,7 +15,7 @@ from rocm_zoo.engine.overlay import OVERLAYS_DIR
 from rocm_zoo.engine.scheduler import Priority, Work, device_queue
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import training_labels, write_sample_bundle
-from rocm_zoo.samples.train_bundle import write_training_data
+from rocm_zoo.samples.train_sample import write_training_data
 from rocm_zoo.training.runner import OVERLAY_FILE, TrainingRun, TrainPlan, train_config_of
 
 BUNDLE = "spleen_deepedit_annotation"

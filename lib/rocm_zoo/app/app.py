@@ -27,7 +27,7 @@ from rocm_zoo.errors import InvalidRequest, ModelNotFound
 from rocm_zoo.server import auth
 from rocm_zoo.server.annotation import train_routes
 from rocm_zoo.server.annotation.random_strategy import RandomStrategy
-from rocm_zoo.server.annotation.training import Training
+from rocm_zoo.server.annotation.trainers import Training
 from rocm_zoo.server.annotation.uncertainty import UncertaintyStrategy
 from rocm_zoo.server.batch import routes as batch_routes
 from rocm_zoo.server.batch.runs import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images

@@ -31,7 +31,7 @@ from rocm_zoo.engine.scheduler import Priority, Work, working_as
 from rocm_zoo.registry import BUNDLES, TASKS, default_task
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import training_labels
-from rocm_zoo.samples.train_bundle import readers_without_itk, write_training_data
+from rocm_zoo.samples.train_sample import readers_without_itk, write_training_data
 from rocm_zoo.training.runner import OVERLAY_FILE, TrainingRun, TrainPlan, train_config_of
 
 logger = logging.getLogger(__name__)

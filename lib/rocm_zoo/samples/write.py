@@ -20,7 +20,7 @@ import torch
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import SAMPLE_BUNDLES, deepedit, write_sample_bundle
 from rocm_zoo.samples.bundles.common import is_sample
-from rocm_zoo.samples.train_bundle import committed_weights
+from rocm_zoo.samples.train_sample import committed_weights
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def write_deepedit_bundle(model_dir: Path, size: str, train: bool = False, train
     if not is_sample(bundle):
         return write_sample_bundle(model_dir, deepedit.NAME, size)  # logs that it keeps the real one
     if train:
-        from rocm_zoo.samples.train import train_deepedit
+        from rocm_zoo.samples.deepedit_weights import train_deepedit
 
         # The full-size network is only trained where asked (on a GPU: a few minutes); the tiny one's weights are
         # committed, so training again replaces them.

@@ -17,7 +17,7 @@ from fastapi import Body, Depends, FastAPI, HTTPException
 from monailabel.config import settings
 from monailabel.endpoints.user.auth import RBAC, User
 
-from rocm_zoo.server.annotation.training import Training
+from rocm_zoo.server.annotation.trainers import Training
 
 
 def install(app: FastAPI, training: Training) -> None:
