@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
+from rocm_zoo.engine import atomic_files
 from rocm_zoo.samples import phantom
 
 L = phantom.ORGAN_LABELS
@@ -128,12 +129,10 @@ def test_write_failure_leaves_no_partial_file(phantoms: list[phantom.Phantom], t
     target = tmp_path / "img.nii.gz"
     target.write_bytes(b"previous")
 
-    def broken_save(img, filename) -> None:
-        with open(filename, "wb") as f:
-            f.write(b"half")
+    def full_disk(fd) -> None:  # the temporary file is written; flushing it to the disk fails
         raise OSError("disk full")
 
-    monkeypatch.setattr(phantom.nib, "save", broken_save)
+    monkeypatch.setattr(atomic_files.os, "fsync", full_disk)
     with pytest.raises(OSError, match="disk full"):
         phantom.write_phantom(phantoms[0], target, tmp_path / "lbl.nii.gz")
     assert target.read_bytes() == b"previous"
@@ -148,3 +147,12 @@ def test_spleen10_spacing_small_crop() -> None:
     assert np.allclose(ph.affine[:3, :3] @ (np.array(spec.shape) - 1) / 2 + ph.affine[:3, 3], 0)  # centred
     # A 47 x 39 mm window around the world origin: inside the abdomen and holding the aorta.
     assert L["aorta"] in ph.truth and 0 not in ph.truth
+
+
+def test_written_phantoms_are_readable_by_everyone(phantoms: list[phantom.Phantom], tmp_path) -> None:
+    image, truth = tmp_path / "img.nii.gz", tmp_path / "lbl.nii.gz"
+    phantom.write_phantom(phantoms[0], image, truth)
+    for path in (image, truth):
+        assert path.stat().st_mode & 0o777 == 0o644  # the server and its users read the sample data
+    assert np.array_equal(np.asarray(nib.load(str(truth)).dataobj), phantoms[0].truth)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["img.nii.gz", "lbl.nii.gz"]

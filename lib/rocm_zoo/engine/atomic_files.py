@@ -38,14 +38,17 @@ def atomic_torch_save(dest: Path, obj: object) -> None:
     atomic_write(dest, lambda out: torch.save(obj, out))
 
 
-def atomic_write(dest: Path, write: Callable[[IO[bytes]], object]) -> None:
-    """`write(file)` into a temporary binary file beside dest, flushed and fsynced, then renamed over dest."""
+def atomic_write(dest: Path, write: Callable[[IO[bytes]], object], mode: int | None = None) -> None:
+    """`write(file)` into a temporary binary file beside dest, flushed and fsynced, then renamed over dest. The file
+    keeps mkstemp's 0600 unless `mode` says otherwise."""
     folder = Path(dest).parent
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{Path(dest).name}{PARTIAL}", dir=folder)
     try:
         with os.fdopen(fd, "wb") as out:
             write(out)
+            if mode is not None:
+                os.fchmod(out.fileno(), mode)
             out.flush()
             os.fsync(out.fileno())
         _paused_for_test(dest, tmp)

@@ -6,15 +6,16 @@ Anatomy is defined in RAS+ world millimetres (nibabel convention: +x is the pati
 
 from __future__ import annotations
 
+import gzip
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 from scipy import ndimage
+
+from rocm_zoo.engine.atomic_files import atomic_write
 
 ORGAN_LABELS: dict[str, int] = {
     "spleen": 1, "right_kidney": 2, "left_kidney": 3, "liver": 4, "aorta": 5,
@@ -201,22 +202,14 @@ def make_phantom(spec: PhantomSpec) -> Phantom:
 
 
 def _save_atomic(img: nib.Nifti1Image, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # The temporary name must keep the extension: nibabel picks gzip compression from it.
-    suffix = ".nii.gz" if path.name.endswith(".nii.gz") else path.suffix
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
-    os.close(fd)
-    try:
-        nib.save(img, tmp)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the served sample data must stay readable
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    data = img.to_bytes()
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data, compresslevel=1, mtime=0)  # nibabel's own level for .nii.gz
+    atomic_write(path, lambda out: out.write(data), mode=0o644)  # the served sample data must stay readable
 
 
 def write_phantom(phantom: Phantom, image_path: Path, truth_path: Path) -> None:
-    """Write image and truth as NIfTI, each atomically (temp file in the same folder, then os.replace)."""
+    """Write image and truth as NIfTI, each atomically (engine.atomic_files)."""
     for data, path in ((phantom.image, image_path), (phantom.truth, truth_path)):
         img = nib.Nifti1Image(data, phantom.affine)
         img.set_qform(phantom.affine, code=1)
