@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rocm_zoo.app.app_folder import make_app_folder
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.write import SamplePaths, write_bundles, write_studies
-from rocm_zoo.app.app_folder import make_app_folder
 from zoo_test_support import LPS_SPEC, monailabel_server
 
 SERVER_START_TIMEOUT_S = 900

@@ -157,13 +157,13 @@ def new_bundle(tmp_path, monkeypatch):
 
 
 def test_a_new_bundle_is_served_benchmarked_and_offered_by_the_cli(new_bundle):
+    from rocm_zoo.app.zoo import Zoo
     from rocm_zoo.bench.network import variants
     from rocm_zoo.bench.workloads import workloads_for
     from rocm_zoo.cli import parser
     from rocm_zoo.engine.warm_volume import make_warm_volume
     from rocm_zoo.scale.ray_pool import worker_spec
     from rocm_zoo.server.tasks.segmentation import SegmentationTask
-    from rocm_zoo.app.zoo import Zoo
 
     zoo = Zoo(new_bundle, {"models": NEW_TASK, "device": "cpu"})
     task = zoo.tasks[NEW_TASK]
@@ -182,8 +182,8 @@ def test_a_new_bundle_is_served_benchmarked_and_offered_by_the_cli(new_bundle):
 
 
 def test_a_missing_bundle_says_how_to_get_it_in_the_server_and_the_ray_pool(new_bundle, tmp_path):
-    from rocm_zoo.scale.ray_pool import worker_spec
     from rocm_zoo.app.zoo import Zoo
+    from rocm_zoo.scale.ray_pool import worker_spec
 
     shutil.rmtree(new_bundle / "model" / NEW_BUNDLE)
     with pytest.raises(BundleNotFound, match="rocm-zoo sample --model-dir") as server:
@@ -197,9 +197,9 @@ def test_a_missing_bundle_says_how_to_get_it_in_the_server_and_the_ray_pool(new_
 # -- the warm-up requests, as each viewer sends them -------------------------------------------------------------------
 @pytest.mark.slow
 def test_each_task_warms_with_the_registry_requests_as_its_viewer_sends_them(tmp_path, monkeypatch):
+    from rocm_zoo.app.zoo import Zoo
     from rocm_zoo.engine.warm_volume import make_warm_volume
     from rocm_zoo.samples.write import write_bundles
-    from rocm_zoo.app.zoo import Zoo
 
     app = tmp_path / "app"
     shutil.copytree(OVERLAYS, app / "overlays")

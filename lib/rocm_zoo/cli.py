@@ -57,8 +57,8 @@ def _train_sample(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from rocm_zoo.samples.write import APP_DIR, default_paths
     from rocm_zoo.app.app_folder import make_app_folder
+    from rocm_zoo.samples.write import APP_DIR, default_paths
 
     if importlib.util.find_spec("monailabel") is None:
         print("monailabel is not installed here: pip install 'rocm-zoo[server]'", file=sys.stderr)
@@ -359,10 +359,10 @@ def _bench_report(args: argparse.Namespace) -> int:
 
 
 def _batch(args: argparse.Namespace) -> int:
-    from rocm_zoo.errors import RocmZooError
-    from rocm_zoo.scale.ray_batch import progress_line, run_batch, summary
     from rocm_zoo.engine.overlay import OVERLAYS_DIR
+    from rocm_zoo.errors import RocmZooError
     from rocm_zoo.samples.write import default_paths
+    from rocm_zoo.scale.ray_batch import progress_line, run_batch, summary
 
     studies = Path(args.studies or default_paths().studies)
     report = Path(args.report) if args.report else studies / "batch-reports" / f"{args.model}-{args.tag}.json"

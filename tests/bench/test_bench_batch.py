@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from rocm_zoo.samples import phantom
 from rocm_zoo.cli import main
+from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import write_sample_bundle
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from rocm_zoo.bench import ohif_driver as ohif
-from rocm_zoo.dicomweb.store import read_label
+from rocm_zoo.dicomweb.dicom_seg import read_label
 from pacs_unavailable import unavailable
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ import requests
 
 from rocm_zoo.samples import phantom
 
-from rocm_zoo.server.http import request_stages
 from rocm_zoo.samples.dicom_series import series_uids, slice_datasets
+from rocm_zoo.server.http import request_stages
 from pacs_upload import upload_datasets
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ import requests
 from dicomweb_client import DICOMwebClient
 
 from rocm_zoo.dicomweb import dicom_seg
-from rocm_zoo.dicomweb.store import label_colour, read_label
+from rocm_zoo.dicomweb.dicom_seg import label_colour, read_label
 from rocm_zoo.samples import phantom
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from rocm_zoo.engine.overlay import OVERLAYS_DIR
 from rocm_zoo.engine.masks import dice
+from rocm_zoo.engine.overlay import OVERLAYS_DIR
 
 pytestmark = pytest.mark.slow
 BUNDLE = "spleen_deepedit_annotation"

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from rocm_zoo.engine.backend import detect_backend
+from rocm_zoo.engine.compile_switch import CompileSwitch, switchable_submodules
 from rocm_zoo.engine.fx_threads import isolate_fx_tracing_patches
 from rocm_zoo.engine.overlay import OverlaySettings
-from rocm_zoo.engine.compile_switch import CompileSwitch, switchable_submodules
 from rocm_zoo.engine.pool import PoolKey, WarmNetwork, compiled_graphs
 
 SHAPE = (2, 1, 8, 8, 8)

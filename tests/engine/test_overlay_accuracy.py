@@ -14,12 +14,12 @@ import shutil
 import pytest
 import torch
 
-from rocm_zoo.samples import phantom
 from rocm_zoo.bench.network import dice_per_label, variants
+from rocm_zoo.bench.workloads import prepare, workloads_for
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, overlay_path
 from rocm_zoo.engine.pool import NetworkPool, NetworkSpec, compiled_graphs
 from rocm_zoo.registry import BUNDLES
-from rocm_zoo.bench.workloads import prepare, workloads_for
+from rocm_zoo.samples import phantom
 from rocm_zoo.samples.train_sample import sample_training
 from zoo_test_support import skip_without_native_bf16
 

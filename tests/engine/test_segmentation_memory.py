@@ -10,9 +10,9 @@ from monai.transforms import Compose
 from rocm_zoo.samples import phantom
 from rocm_zoo.engine.overlay import (OVERLAYS_DIR, STITCH_DTYPES, bundle_on_path, load_config, load_weights, overlay_path,
                                      read_settings)
-from rocm_zoo.samples.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 from rocm_zoo.registry import BUNDLES
 from rocm_zoo.samples.bundles import write_sample_bundle
+from rocm_zoo.samples.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 from rocm_zoo.server.tasks.segmentation import without_softmax_before_argmax
 
 OVERLAYS = OVERLAYS_DIR

@@ -18,9 +18,9 @@ import pytest
 import torch
 from zoo_test_support import flatten_config
 from monai.networks.nets import SwinUNETR
-from rocm_zoo.samples import phantom
 from rocm_zoo.engine.compat import swin_unetr
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, load_weights
+from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import swin_unetr_btcv as sample
 from rocm_zoo.samples.bundles import write_sample_bundle
 from rocm_zoo.samples.bundles.common import SAMPLE_MARK

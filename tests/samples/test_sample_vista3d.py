@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from rocm_zoo.samples import phantom
 from rocm_zoo.engine.masks import central_voxel, dice
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, bundle_on_path, load_config, read_settings, submodules_to_compile
+from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import vista3d, write_sample_bundle
 from zoo_test_support import skip_without_native_bf16
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 from zoo_test_support import flatten_config
-from rocm_zoo.samples import phantom
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, load_weights
+from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import wholebody_ct as sample
 from rocm_zoo.samples.bundles import write_sample_bundle
 from rocm_zoo.samples.bundles.common import SAMPLE_MARK

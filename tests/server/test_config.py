@@ -8,8 +8,8 @@ import pytest
 
 from rocm_zoo import errors, registry
 from rocm_zoo.app.config import AppConfig
-from rocm_zoo.errors import ConfigError
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, OverlaySettings
+from rocm_zoo.errors import ConfigError
 from rocm_zoo.registry import MODELS, select_models
 
 SPLEEN_OVERLAY = OVERLAYS_DIR / "spleen_deepedit_annotation/inference_rocm.json"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rocm_zoo.errors import InvalidRequest
-from rocm_zoo.server.annotation.trainers import class_keys
 from rocm_zoo.server.annotation.final_labels import Datalist, ModelLabels, fits, saved_numbers, split
+from rocm_zoo.server.annotation.trainers import class_keys
 
 DEEPEDIT = ModelLabels("spleen_deepedit", {"spleen": 1}, interactive=True)
 WHOLEBODY = ModelLabels("wholeBody_ct", {"spleen": 1, "kidney_right": 2, "liver": 5}, interactive=False)

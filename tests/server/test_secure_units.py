@@ -12,11 +12,11 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+from rocm_zoo.app.config import AppConfig
 from rocm_zoo.errors import ConfigError, ImageNotFound, InvalidRequest
-from rocm_zoo.server.http import access
 from rocm_zoo.server.auth import bind_host, decide, is_loopback, tokens
 from rocm_zoo.server.auth.users import UserFile, monailabel_roles
-from rocm_zoo.app.config import AppConfig
+from rocm_zoo.server.http import access
 from rocm_zoo.server.store.datastore import PARTIAL, CheckedLocalDatastore
 from rocm_zoo.server.store.uploads import check_label
 

@@ -21,12 +21,12 @@ import requests
 import SimpleITK as sitk
 from monailabel.client import MONAILabelClient
 
+from rocm_zoo.app.app_folder import make_app_folder
 from rocm_zoo.cli import main as cli
 from rocm_zoo.engine.masks import central_voxel, dice
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import write_sample_bundle
 from rocm_zoo.samples.deepedit_weights import train_deepedit
-from rocm_zoo.app.app_folder import make_app_folder
 from zoo_test_support import monailabel_server
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,8 @@ import requests
 import SimpleITK as sitk
 
 from zoo_test_support import LPS_SPEC, wait_all_warm
-from rocm_zoo.samples import phantom
 from rocm_zoo.engine.masks import central_voxel, dice
+from rocm_zoo.samples import phantom
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ import torch
 from monai.transforms import CropForegroundd, Spacingd
 from scipy import ndimage
 
-from rocm_zoo.samples import phantom
 from rocm_zoo.engine.overlay import bundle_on_path, load_config
+from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import vista3d, write_sample_bundle
 from rocm_zoo.vista3d.points import image_affines, stored_to_preprocessed
 

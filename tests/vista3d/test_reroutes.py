@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import rocm_zoo.vista3d
 from rocm_zoo.engine.overlay import bundle_on_path, load_config
 from rocm_zoo.samples.bundles import vista3d, write_sample_bundle
 from rocm_zoo.vista3d import window as vista_window
 from rocm_zoo.vista3d.predictor import CACHED_SUBMODULES, CachingSubmodule, VistaPredictor
+import rocm_zoo.vista3d
 from zoo_test_support import EagerNetwork
 
 

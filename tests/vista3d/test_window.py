@@ -11,12 +11,12 @@ import torch
 from monai.apps.vista3d import inferer as monai_inferer
 
 from rocm_zoo.engine import scheduler
+from rocm_zoo.engine.overlay import bundle_on_path, load_config
 from rocm_zoo.engine.scheduler import Priority, Work, working_as
+from rocm_zoo.samples.bundles import vista3d, write_sample_bundle
 from rocm_zoo.vista3d import predictor as vista_predictor
 from rocm_zoo.vista3d import reroutes
 from rocm_zoo.vista3d import window as vista_window
-from rocm_zoo.engine.overlay import bundle_on_path, load_config
-from rocm_zoo.samples.bundles import vista3d, write_sample_bundle
 from zoo_test_support import EagerNetwork
 
 ROI = [16, 16, 16]

@@ -23,11 +23,11 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from rocm_zoo.samples import phantom
-from rocm_zoo.engine.backend import describe, detect_backend
 from rocm_zoo.bench.network import default_overlay, dice_per_label, versions
 from rocm_zoo.bench.stats import medians, percentile, summarise
+from rocm_zoo.engine.backend import describe, detect_backend
 from rocm_zoo.registry import BUNDLES, TASKS
+from rocm_zoo.samples import phantom
 
 logger = logging.getLogger(__name__)
 PHANTOMS = {"spleen10": phantom.SPLEEN10, "ct512x397": phantom.CT512X397}

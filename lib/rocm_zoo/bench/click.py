@@ -18,16 +18,16 @@ import torch
 from monai.apps.deepedit.transforms import AddGuidanceSignalDeepEditd
 from monai.transforms import SaveImaged
 
-from rocm_zoo.samples import phantom
 from rocm_zoo.bench.network import default_overlay, versions
 from rocm_zoo.bench.stats import summarise
 from rocm_zoo.engine.guidance import DeviceGuidanceSignald
 from rocm_zoo.engine.image_cache import fresh_copy, split_image_only
 from rocm_zoo.engine.masks import central_voxel, dice
 from rocm_zoo.engine.overlay import bundle_on_path, load_config
-from rocm_zoo.samples.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 from rocm_zoo.engine.pool import NetworkSpec, build_network
 from rocm_zoo.registry import BUNDLES
+from rocm_zoo.samples import phantom
+from rocm_zoo.samples.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 
 def _pipeline(bundle_dir: Path, on_device: bool):
     parser = load_config(bundle_dir, BUNDLES[bundle_dir.name].config)

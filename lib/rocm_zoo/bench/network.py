@@ -22,11 +22,11 @@ from typing import Any
 import torch
 
 from rocm_zoo.bench.stats import summarise
+from rocm_zoo.bench.workloads import Prepared, prepare, workloads_for
 from rocm_zoo.engine.backend import describe, detect_backend
 from rocm_zoo.engine.overlay import OVERLAYS_DIR, overlay_path
 from rocm_zoo.engine.pool import NetworkSpec, build_network, compiled_graphs
 from rocm_zoo.registry import BUNDLES
-from rocm_zoo.bench.workloads import Prepared, prepare, workloads_for
 
 logger = logging.getLogger(__name__)
 

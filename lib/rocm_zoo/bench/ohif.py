@@ -28,16 +28,16 @@ from typing import Any
 
 import requests
 
+from rocm_zoo.app.app_folder import make_app_folder
 from rocm_zoo.bench import ohif_driver as ohif
 from rocm_zoo.bench import pacs
-from rocm_zoo.samples import phantom
-from rocm_zoo.server.http import request_stages
-from rocm_zoo.app.app_folder import make_app_folder
-from rocm_zoo.samples.dicom_series import series_uids
-from rocm_zoo.samples.write import write_bundles, write_dicom_studies
 from rocm_zoo.bench.server_process import free_port, monailabel_server, wait_warm
 from rocm_zoo.bench.stats import medians
 from rocm_zoo.registry import TASKS, default_task, ohif_actions
+from rocm_zoo.samples import phantom
+from rocm_zoo.samples.dicom_series import series_uids
+from rocm_zoo.samples.write import write_bundles, write_dicom_studies
+from rocm_zoo.server.http import request_stages
 
 logger = logging.getLogger(__name__)
 BUTTONS = {"auto": ohif.AUTO, "point": ohif.POINT}  # the panel's Run button per registry OHIF tab

@@ -17,11 +17,11 @@ import torch
 from monai.bundle import ConfigParser
 from monai.transforms import Compose
 
-from rocm_zoo.samples import phantom
 from rocm_zoo.engine.masks import central_voxel
 from rocm_zoo.engine.overlay import bundle_on_path, load_config
-from rocm_zoo.samples.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 from rocm_zoo.registry import BUNDLES, Request
+from rocm_zoo.samples import phantom
+from rocm_zoo.samples.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 
 
 @dataclass(frozen=True)

@@ -3,16 +3,19 @@
 A label volume is mapped onto the source series' own grid (frames in the order of the source instances), so the SEG
 references every source frame it covers and reading it back gives exactly the voxels written. Each segment carries its
 label name, the task's display colour and the label value (as its tracking id: segment numbers must run 1..N, label
-values need not).
+values need not). Also the segments and colours of a model's labels, and a label file read back with its affine.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import highdicom as hd
 import numpy as np
+import SimpleITK as sitk
+from monailabel.datastore.utils.colors import GENERIC_ANATOMY_COLORS
 from pydicom.dataset import Dataset
 from pydicom.sr.codedict import codes
 from pydicom.uid import generate_uid
@@ -156,3 +159,27 @@ def decode(seg: Dataset, source: Sequence[Dataset]) -> np.ndarray:
             for j, number in enumerate(numbers):
                 frames[slot][masks[i, ..., j] > 0] = values[number]
     return frames.transpose(2, 1, 0)
+
+
+def label_colour(name: str) -> tuple[int, int, int]:
+    """MONAI Label's anatomy colour for the name (what its viewers use), else a stable colour from the name."""
+    rgb = GENERIC_ANATOMY_COLORS.get(name) or GENERIC_ANATOMY_COLORS.get(name.replace("_", " "))
+    if rgb:
+        return tuple(int(c) for c in rgb[:3])
+    h = zlib.crc32(name.encode())
+    return (64 + h % 192, 64 + (h >> 8) % 192, 64 + (h >> 16) % 192)
+
+
+def segments_for(labels: Mapping[str, int]) -> dict[int, Segment]:
+    return {int(v): Segment(int(v), str(k), label_colour(str(k))) for k, v in labels.items() if int(v)}
+
+
+def read_label(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """(array indexed like ITK (x, y, z), voxel-to-RAS affine) of a label file in any format ITK reads."""
+    image = sitk.ReadImage(path)
+    array = sitk.GetArrayFromImage(image).transpose(2, 1, 0)
+    direction = np.asarray(image.GetDirection(), dtype=float).reshape(3, 3)
+    lps = np.eye(4)
+    lps[:3, :3] = direction * np.asarray(image.GetSpacing(), dtype=float)
+    lps[:3, 3] = image.GetOrigin()
+    return array, np.diag([-1.0, -1.0, 1.0, 1.0]) @ lps

@@ -34,34 +34,30 @@ import re
 import shutil
 import threading
 import time
-import zlib
 from typing import Any, Callable, Dict, Mapping
 
-import numpy as np
 import pydicom
 import requests
-import SimpleITK as sitk
 from monailabel.config import settings
 from monailabel.datastore.dicom import DICOMwebClientX, DICOMWebDatastore
 from monailabel.datastore.local import LocalDatastore
-from monailabel.datastore.utils.colors import GENERIC_ANATOMY_COLORS
 from monailabel.datastore.utils.convert import binary_to_image, dicom_to_nifti
 from monailabel.datastore.utils.dicom import dicom_web_download_series
 from monailabel.interfaces.datastore import DefaultLabelTag
 
 from rocm_zoo.dicomweb import dicom_seg
+from rocm_zoo.dicomweb.dicom_seg import label_colour, read_label, segments_for
 from rocm_zoo.dicomweb.pacs_http import PacsTimeouts, bound_session
 from rocm_zoo.dicomweb.pacs_listing import PacsListing
-
-from rocm_zoo.server.http import request_stages
-from rocm_zoo.server.http.access import check_name
-from rocm_zoo.engine.atomic_files import atomic_copy, atomic_write_text
-from rocm_zoo.server.store.datastore import AtomicLocalDatastore
-from rocm_zoo.server.store.uploads import check_label
-from rocm_zoo.errors import ImageNotFound, InvalidRequest, PacsTimeout, PacsUnavailable
 from rocm_zoo.dicomweb.series_cache import SeriesCache, series_signature
 from rocm_zoo.dicomweb.series_check import check_series
+from rocm_zoo.engine.atomic_files import atomic_copy, atomic_write_text
 from rocm_zoo.engine.volume_check import first_line
+from rocm_zoo.errors import ImageNotFound, InvalidRequest, PacsTimeout, PacsUnavailable
+from rocm_zoo.server.http import request_stages
+from rocm_zoo.server.http.access import check_name
+from rocm_zoo.server.store.datastore import AtomicLocalDatastore
+from rocm_zoo.server.store.uploads import check_label
 
 logger = logging.getLogger(__name__)
 
@@ -79,30 +75,6 @@ class SegNotStored(InvalidRequest):
 
 class PacsDownLabelKept(PacsUnavailable):
     """The PACS did not take the SEG; the label is kept locally (pending) for `rocm-zoo pacs push`."""
-
-
-def label_colour(name: str) -> tuple[int, int, int]:
-    """MONAI Label's anatomy colour for the name (what its viewers use), else a stable colour from the name."""
-    rgb = GENERIC_ANATOMY_COLORS.get(name) or GENERIC_ANATOMY_COLORS.get(name.replace("_", " "))
-    if rgb:
-        return tuple(int(c) for c in rgb[:3])
-    h = zlib.crc32(name.encode())
-    return (64 + h % 192, 64 + (h >> 8) % 192, 64 + (h >> 16) % 192)
-
-
-def segments_for(labels: Mapping[str, int]) -> dict[int, dicom_seg.Segment]:
-    return {int(v): dicom_seg.Segment(int(v), str(k), label_colour(str(k))) for k, v in labels.items() if int(v)}
-
-
-def read_label(path: str) -> tuple[np.ndarray, np.ndarray]:
-    """(array indexed like ITK (x, y, z), voxel-to-RAS affine) of a label file in any format ITK reads."""
-    image = sitk.ReadImage(path)
-    array = sitk.GetArrayFromImage(image).transpose(2, 1, 0)
-    direction = np.asarray(image.GetDirection(), dtype=float).reshape(3, 3)
-    lps = np.eye(4)
-    lps[:3, :3] = direction * np.asarray(image.GetSpacing(), dtype=float)
-    lps[:3, 3] = image.GetOrigin()
-    return array, np.diag([-1.0, -1.0, 1.0, 1.0]) @ lps
 
 
 class SegDicomWebDatastore(AtomicLocalDatastore, DICOMWebDatastore):

@@ -21,9 +21,9 @@ import torch
 from monai.bundle import ConfigParser
 from torch import nn
 
+from rocm_zoo.engine.gemm_transpose import enable_gemm_transpose
 from rocm_zoo.errors import ConfigError
 from rocm_zoo.names import did_you_mean
-from rocm_zoo.engine.gemm_transpose import enable_gemm_transpose
 
 logger = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from monai.losses import DiceCELoss
 from monai.transforms import Compose, EnsureChannelFirstd, Orientationd, Resized
 from scipy import ndimage
 
-from rocm_zoo.samples import phantom
 from rocm_zoo.engine.backend import detect_backend
 from rocm_zoo.engine.image_cache import fresh_copy
 from rocm_zoo.engine.overlay import bundle_on_path, load_config
+from rocm_zoo.samples import phantom
 from rocm_zoo.samples.phantom_tensor import as_loaded, loaders_without_reader, without_loaders
 
 logger = logging.getLogger(__name__)

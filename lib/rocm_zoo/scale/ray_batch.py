@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from rocm_zoo.engine.volume_check import first_line
 from rocm_zoo.scale.ray_pool import WorkerPool, connect, plan_workers, require_ray, worker_spec
 from rocm_zoo.server.batch.runs import BatchRun, StudyOutcome, check_tag, save_study_label
-from rocm_zoo.engine.volume_check import first_line
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from rocm_zoo.errors import ConfigError, RocmZooError
 from rocm_zoo.names import did_you_mean
-from rocm_zoo.scale.ray_worker import SegmentationWorker, WorkerSpec
 from rocm_zoo.registry import TASKS, batch_models, find_bundle
+from rocm_zoo.scale.ray_worker import SegmentationWorker, WorkerSpec
 
 logger = logging.getLogger(__name__)
 

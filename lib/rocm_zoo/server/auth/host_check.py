@@ -14,8 +14,8 @@ import ipaddress
 import json
 import logging
 
-from rocm_zoo.server.http.access import shown
 from rocm_zoo.server.auth.binding import is_loopback
+from rocm_zoo.server.http.access import shown
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from rocm_zoo.engine.scheduler import Priority, Work, working_as
-from rocm_zoo.errors import Busy, InvalidRequest
 from rocm_zoo.engine.volume_check import first_line
+from rocm_zoo.errors import Busy, InvalidRequest
 
 logger = logging.getLogger(__name__)
 

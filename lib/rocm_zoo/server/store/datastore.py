@@ -29,8 +29,8 @@ from monailabel.datastore.local import DataModel, ImageLabelModel, LocalDatastor
 from monailabel.interfaces.exception import ImageNotFoundException
 
 from rocm_zoo.engine.atomic_files import PARTIAL, atomic_copy, atomic_write_text
-from rocm_zoo.errors import AlreadyExists, InvalidRequest
 from rocm_zoo.engine.volume_check import check_volume
+from rocm_zoo.errors import AlreadyExists, InvalidRequest
 from rocm_zoo.server.http.access import check_name
 from rocm_zoo.server.store.uploads import check_label
 

@@ -29,15 +29,15 @@ from monailabel.transform.pre import LoadImageTensord
 
 from rocm_zoo.engine import streams
 from rocm_zoo.engine.backend import is_out_of_memory, normalise_device
-from rocm_zoo.errors import ConfigError, ImageNotFound, InvalidRequest, VolumeTooLarge
 from rocm_zoo.engine.image_cache import IMAGE_ONLY_TRANSFORMS, ImageCache, file_identity, split_image_only
 from rocm_zoo.engine.overlay import BUNDLE_IMPORT_LOCK, load_config
 from rocm_zoo.engine.pool import NetworkPool, NetworkSpec, compiled_graphs
 from rocm_zoo.engine.scheduler import Priority, current_work
-from rocm_zoo.registry import BUNDLES, Request, TaskEntry
-from rocm_zoo.server.store.label_writer import DeviceLabelWriter
 from rocm_zoo.engine.volume_check import first_line
 from rocm_zoo.engine.warm_volume import DEFAULT_GRID, WarmGrid, WarmVolume, make_warm_volume
+from rocm_zoo.errors import ConfigError, ImageNotFound, InvalidRequest, VolumeTooLarge
+from rocm_zoo.registry import BUNDLES, Request, TaskEntry
+from rocm_zoo.server.store.label_writer import DeviceLabelWriter
 
 logger = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from typing import Any, Dict, Optional
 from monai.apps.deepedit.transforms import AddGuidanceSignalDeepEditd
 
 from rocm_zoo.engine.clicks import voxel_point
-from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.engine.guidance import DeviceGuidanceSignald
 from rocm_zoo.engine.warm_volume import WarmVolume
+from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.registry import Request
 from rocm_zoo.server.tasks.bundle import OverlayBundleTask
 

@@ -24,8 +24,8 @@ from monai.transforms import Activationsd, AsDiscreted
 from monai.utils import ensure_tuple_rep
 
 from rocm_zoo.engine.backend import is_out_of_memory
-from rocm_zoo.errors import ConfigError, VolumeTooLarge
 from rocm_zoo.engine.overlay import STITCH_DTYPES
+from rocm_zoo.errors import ConfigError, VolumeTooLarge
 from rocm_zoo.server.tasks.bundle import OverlayBundleTask
 
 logger = logging.getLogger(__name__)

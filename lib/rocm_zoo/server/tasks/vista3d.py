@@ -29,9 +29,9 @@ from monai.transforms import CropForegroundd
 from monai.utils import ensure_tuple_rep
 
 from rocm_zoo import vista3d
-from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.engine.image_cache import IMAGE_ONLY_TRANSFORMS
 from rocm_zoo.engine.warm_volume import VISTA3D_GRID, WarmVolume
+from rocm_zoo.errors import InvalidRequest
 from rocm_zoo.registry import Request
 from rocm_zoo.server.tasks.bundle import OverlayBundleTask
 from rocm_zoo.server.tasks.segmentation import input_channels
