@@ -106,17 +106,14 @@ def _users(args: argparse.Namespace) -> int:
         if not args.name:
             print(f"rocm-zoo users {args.action} needs a NAME", file=sys.stderr)
             return 2
-        if args.action == "remove":
-            if not users.remove(args.name):
+        if args.action in ("remove", "revoke"):
+            act, done = {"remove": (users.remove, f"removed {args.name} (their tokens stop working at once)"),
+                         "revoke": (users.revoke, f"{args.name}'s tokens stop working at once (the password stays; "
+                                                  "they log in again)")}[args.action]
+            if not act(args.name):
                 print(f"no user '{args.name}' in {path}", file=sys.stderr)
                 return 1
-            print(f"removed {args.name} (their tokens stop working at once)")
-            return 0
-        if args.action == "revoke":
-            if not users.revoke(args.name):
-                print(f"no user '{args.name}' in {path}", file=sys.stderr)
-                return 1
-            print(f"{args.name}'s tokens stop working at once (the password stays; they log in again)")
+            print(done)
             return 0
         if not args.role:
             print("rocm-zoo users add needs --role annotator|reviewer|admin", file=sys.stderr)

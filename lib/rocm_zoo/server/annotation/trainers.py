@@ -18,8 +18,7 @@ from rocm_zoo.engine.overlay import OVERLAYS_DIR
 from rocm_zoo.engine.pool import NetworkPool
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
 from rocm_zoo.registry import BUNDLES
-from rocm_zoo.server.annotation import final_labels
-from rocm_zoo.server.annotation.final_labels import ModelLabels, TrainedOn
+from rocm_zoo.server.annotation.final_labels import Datalist, ModelLabels, TrainedOn, final_labels, split
 from rocm_zoo.training.checkpoints import CheckpointStore, TrainingDetails
 from rocm_zoo.training.runner import OVERLAY_FILE, Outcome, TrainPlan, train_config_of
 from rocm_zoo.training.service import TrainingService, TrainJob
@@ -30,7 +29,7 @@ logger = logging.getLogger(__name__)
 DEFAULTS = {"max_epochs": 50, "val_split": 0.2, "pretrained": True}  # MONAI Label's train options and defaults
 
 
-def class_keys(bundle: str, datalist: final_labels.Datalist) -> tuple[tuple[str, Any], ...]:
+def class_keys(bundle: str, datalist: Datalist) -> tuple[tuple[str, Any], ...]:
     """Train config keys for what the labels' numbers mean. VISTA3D's labels hold its global class ids (the numbers
     its labels carry in /info), which its train.json, written for MSD spleen as classes 0 and 1, would not learn."""
     entry = BUNDLES.get(bundle)
@@ -90,7 +89,7 @@ class Training:
                 raise ModelNotFound(f"There is no train task '{name}'. Train tasks: {', '.join(self.trainers)}")
             own = params.get(name) if isinstance(params.get(name), dict) else {}
             request = {**DEFAULTS, **own, **{k: v for k, v in params.items() if k in DEFAULTS}}
-            datalist = final_labels.final_labels(self.datastore(), trainer.labels)
+            datalist = final_labels(self.datastore(), trainer.labels)
             if changed_only and datalist.fingerprint() == TrainedOn(trainer.bundle_dir).read():
                 skipped[name] = "its final labels did not change since its last training"
                 continue
@@ -105,14 +104,14 @@ class Training:
         records = self.service.start(jobs, enqueue)
         return {"started": [r.as_json() for r in records], "skipped": skipped}
 
-    def _job(self, trainer: BundleTrainer, datalist: final_labels.Datalist, request: dict[str, Any]) -> TrainJob:
+    def _job(self, trainer: BundleTrainer, datalist: Datalist, request: dict[str, Any]) -> TrainJob:
         try:
             max_epochs, val_split = int(request["max_epochs"]), float(request["val_split"])
         except (TypeError, ValueError) as e:
             raise InvalidRequest(f"max_epochs takes a whole number and val_split a fraction ({e})") from e
         if max_epochs < 1:
             raise InvalidRequest(f"max_epochs must be at least 1 (not {max_epochs})")
-        train, val = final_labels.split(datalist, val_split)
+        train, val = split(datalist, val_split)
         overlay = OVERLAYS_DIR / trainer.bundle_dir.name / OVERLAY_FILE
         plan = TrainPlan(trainer.bundle_dir, train_config_of(trainer.bundle_dir),
                          (overlay,) if overlay.is_file() else (), trainer.weights, train, val, self.device, max_epochs,
