@@ -30,6 +30,7 @@ def local_series_uids(image_id: str) -> tuple[str, str]:
     return series_uids(f"rocm_zoo/local/{image_id}")
 
 
+@lru_cache(maxsize=65536)
 def instance_uid(series_uid: str, index: int) -> str:
     return generate_uid(entropy_srcs=[series_uid, str(index)])
 

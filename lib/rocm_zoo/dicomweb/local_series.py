@@ -78,6 +78,7 @@ class LocalDicomWeb:
         self.cache_dir = Path(cache_dir)
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._described: dict[tuple[str, int, int], LocalImage] = {}
 
     # --- QIDO-RS ----------------------------------------------------------------------------------------------------
 
@@ -142,6 +143,13 @@ class LocalDicomWeb:
 
     def _describe(self, image_id: str) -> LocalImage:
         path = Path(self._image_path(image_id))
+        stat = path.stat()
+        key = (image_id, stat.st_size, stat.st_mtime_ns)
+        if key not in self._described:  # every frame request names its study: its header is read once
+            self._described[key] = self._read_header(image_id, path)
+        return self._described[key]
+
+    def _read_header(self, image_id: str, path: Path) -> LocalImage:
         reader = sitk.ImageFileReader()
         reader.SetFileName(str(path))
         reader.ReadImageInformation()
