@@ -18,6 +18,8 @@ FORBIDDEN = {
                     "bench"},
     "errors.py": {"torch", "monai", "monailabel", "engine", "vista3d", "server", "dicomweb", "scale", "app", "samples",
                   "bench"},
+    "dicom_volume.py": {"torch", "monai", "monailabel", "engine", "vista3d", "server", "dicomweb", "scale", "app",
+                        "samples", "bench"},
     "engine": {"monailabel", "vista3d", "server", "dicomweb", "scale", "app", "samples", "bench"},
     "vista3d": {"monailabel", "server", "dicomweb", "scale", "app", "samples", "bench"},
     "training": {"monailabel", "vista3d", "server", "dicomweb", "scale", "app", "samples", "bench"},

@@ -7,7 +7,9 @@ MONAI Label loads `<app>/main.py`, which is `app_main.py` of this package (a sym
 `rocm_zoo`.
 """
 
+import hashlib
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,6 +21,7 @@ from monailabel.tasks.activelearning.first import First
 from rocm_zoo import __version__
 from rocm_zoo.app.zoo import Zoo
 from rocm_zoo.dicomweb import proxy as dicom_proxy
+from rocm_zoo.dicomweb.local_series import LocalDicomWeb
 from rocm_zoo.dicomweb.pacs_http import PacsTimeouts
 from rocm_zoo.engine import streams
 from rocm_zoo.engine.scheduler import Priority
@@ -101,6 +104,14 @@ class MyApp(MONAILabelApp):
             read_only=settings.MONAI_LABEL_DATASTORE_READ_ONLY,
         )
 
+    def _local_dicomweb(self) -> LocalDicomWeb | None:
+        """OHIF's DICOMweb reads answered from a studies folder (none for a PACS: the proxy passes them on)."""
+        if self.studies.startswith(("http://", "https://")):
+            return None
+        folder = hashlib.sha256(os.path.realpath(self.studies).encode()).hexdigest()[:16]
+        return LocalDicomWeb(lambda: self.datastore().list_images(), lambda i: self.datastore().get_image_uri(i),
+                             Path(self.app_dir) / "cache" / "dicomweb" / folder)
+
     def on_init_complete(self):
         # Runs once, in the server process, before it answers: batch/train subprocesses never compile.
         if "monailabel.app" in sys.modules:
@@ -114,7 +125,8 @@ class MyApp(MONAILabelApp):
                 running={Priority.INTERACTIVE: INTERACTIVE_AT_ONCE, Priority.AUTOMATIC: AUTOMATIC_AT_ONCE},
                 waiting={Priority.INTERACTIVE: conf.max_queued_clicks, Priority.AUTOMATIC: conf.max_queued_requests})
             routes.install(web, self.request_service, self._task_type, self.zoo.readiness)
-            dicom_proxy.install(web, self.studies, PacsTimeouts(conf.pacs_connect_timeout_s, conf.pacs_read_timeout_s))
+            dicom_proxy.install(web, self.studies, PacsTimeouts(conf.pacs_connect_timeout_s, conf.pacs_read_timeout_s),
+                                self._local_dicomweb())
             uploads.install_body_limit(web, self.zoo.config.max_upload_mb)
             auth.restrict_cors(web, self.zoo.config.cors_origins)
             auth.install_label_route(web)

@@ -9,10 +9,15 @@ MONAI Label's: the viewer's own headers (its bearer token for this server, its H
 `Accept`, `Accept-Encoding` and, for STOW, `Content-Type`; the query string is passed on (MONAI Label drops it); paths
 with `.` or `..` segments are refused, so no call reaches the PACS's other APIs; POST is taken for STOW only.
 Same paths and role as MONAI Label's (any logged-in user).
+
+When the studies are a folder, there is no PACS: the same paths answer OHIF's reads from the local datastore
+(`local_series`), so the viewer works out of the box; STOW is refused (a viewer saves labels through
+`/datastore/label`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import AsyncIterator, Optional
 from urllib.parse import quote
@@ -23,11 +28,12 @@ from monailabel.config import settings
 from monailabel.endpoints.user.auth import RBAC, User
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
+from rocm_zoo.dicomweb.local_series import LocalDicomWeb, multipart_frame
 from rocm_zoo.dicomweb.pacs_http import PacsTimeouts, describe
 from rocm_zoo.engine.volume_check import first_line
-from rocm_zoo.errors import InvalidRequest, PacsUnavailable
+from rocm_zoo.errors import ImageNotFound, InvalidRequest, PacsUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +49,11 @@ _SAFE_PATH = "/:@!$&'()*+,;=-._~"
 
 
 class DicomProxy:
-    def __init__(self, studies: str, timeouts: PacsTimeouts):
+    def __init__(self, studies: str, timeouts: PacsTimeouts, local: Optional[LocalDicomWeb] = None):
         self.base_url = studies.rstrip("/")
         self.is_pacs = studies.startswith(("http://", "https://"))
         self.timeouts = timeouts
+        self.local = local
         self._client: Optional[httpx.AsyncClient] = None
 
     def client(self) -> httpx.AsyncClient:
@@ -75,7 +82,10 @@ class DicomProxy:
         target = "/".join(p.strip("/") for p in (prefix or "", quote(path, safe=_SAFE_PATH)) if p.strip("/"))
         return f"{self.base_url}/{target}" + (f"?{query}" if query else "")
 
-    async def forward(self, request: Request, op: str, path: str) -> StreamingResponse:
+    async def forward(self, request: Request, op: str, path: str) -> Response:
+        if not self.is_pacs and self.local is not None:
+            return await run_in_threadpool(local_answer, self.local, request.method, op, path,
+                                           dict(request.query_params))
         url = self.url(op, path, request.url.query)
         headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARDED_REQUEST_HEADERS}
         headers.setdefault("accept-encoding", "identity")
@@ -103,6 +113,39 @@ class DicomProxy:
             logger.warning("proxy: the PACS stopped answering %s mid-answer: %s", url.split("?")[0], first_line(e))
 
 
+def local_answer(local: LocalDicomWeb, method: str, op: str, path: str, query: dict[str, str]) -> Response:
+    """OHIF's DICOMweb read of the local datastore: QIDO-RS searches, WADO-RS metadata and frames."""
+    if op == "stow" or method != "GET":
+        raise InvalidRequest("This server's studies are a folder, not a PACS: nothing is stored through DICOMweb "
+                             "(a viewer saves labels through /datastore/label)")
+    parts = [p for p in path.replace("\\", "/").split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise InvalidRequest("A DICOMweb path has no '.' or '..' segments")
+    match parts:
+        case ["studies"]:
+            answer = local.search_studies(query)
+        case ["studies", study, "series"]:
+            answer = local.search_series(study)
+        case ["studies", study, "metadata"]:
+            answer = local.study_metadata(study)
+        case ["studies", study, "series", series, "instances"]:
+            answer = local.search_instances(study, series)
+        case ["studies", study, "series", series, "metadata"]:
+            answer = local.series_metadata(study, series)
+        case ["studies", study, "series", series, "instances", sop, "metadata"]:
+            answer = [i for i in local.series_metadata(study, series) if i["00080018"]["Value"] == [sop]]
+            if not answer:
+                raise ImageNotFound(f"No instance {sop[:64]} in series {series[:64]}")
+        case ["studies", study, "series", series, "instances", sop, "frames", number] if number.isdigit():
+            body, media_type = multipart_frame(local.frame(study, series, sop, int(number)))
+            return Response(body, media_type=media_type)
+        case _:
+            raise ImageNotFound(f"{PREFIX}/{op + '/' if op else ''}{'/'.join(parts)[:120]} is not a DICOMweb read "
+                                "this server answers for its local studies (QIDO-RS search, WADO-RS metadata and "
+                                "frames)")
+    return Response(json.dumps(answer), media_type="application/dicom+json")
+
+
 async def _google_auth(base_url: str) -> dict[str, str]:
     """A Google Cloud Healthcare DICOMweb store (as MONAI Label): a bearer token of the default credentials."""
     if "googleapis.com" not in base_url:
@@ -119,9 +162,10 @@ async def _google_auth(base_url: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {await run_in_threadpool(token)}"}
 
 
-def install(web: FastAPI, studies: str, timeouts: PacsTimeouts) -> DicomProxy:
-    """Our `/proxy/dicom/...` routes; MONAI Label's are removed by `rocm_zoo.server.http.routes.install`."""
-    proxy = DicomProxy(studies, timeouts)
+def install(web: FastAPI, studies: str, timeouts: PacsTimeouts, local: Optional[LocalDicomWeb] = None) -> DicomProxy:
+    """Our `/proxy/dicom/...` routes; MONAI Label's are removed by `rocm_zoo.server.http.routes.install`. `local`
+    answers them when the studies are a folder."""
+    proxy = DicomProxy(studies, timeouts, local)
     user_role = RBAC(settings.MONAI_LABEL_AUTH_ROLE_USER)
 
     def route(op: str):

@@ -9,7 +9,8 @@ removed then, and an index that cannot be read (written by an older, non-atomic 
 Images and labels are checked before they are stored, header first (`volume_check.check_volume`,
 `uploads.check_label`: within the volume budget, complete, a label of finite whole numbers on its image's grid), and
 ids and tags must be plain names (they become file names). An image id already in the datastore is not replaced
-(409): its labels were drawn on those pixels.
+(409): its labels were drawn on those pixels. An image may also be named by the series UID under which DICOMweb
+viewers see it (`dicom_volume.local_series_uids`; OHIF names that in `/infer` and `/datastore/label`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 import zipfile
@@ -28,6 +30,7 @@ from monailabel.config import settings
 from monailabel.datastore.local import DataModel, ImageLabelModel, LocalDatastore
 from monailabel.interfaces.exception import ImageNotFoundException
 
+from rocm_zoo.dicom_volume import local_series_uids
 from rocm_zoo.engine.atomic_files import PARTIAL, atomic_copy, atomic_write_text
 from rocm_zoo.engine.volume_check import check_volume
 from rocm_zoo.errors import AlreadyExists, InvalidRequest
@@ -39,6 +42,7 @@ logger = logging.getLogger(__name__)
 # A temporary file older than this process was left by a save that did not finish; a newer one is a save in progress
 # (MONAI Label reconciles the datastore again on every file event, while this process may be writing).
 _STARTED = time.time()
+_SERIES_UID = re.compile(r"^[0-9][0-9.]{8,63}$")
 
 
 class AtomicLocalDatastore:
@@ -114,6 +118,30 @@ class AtomicLocalDatastore:
 
 
 class CheckedLocalDatastore(AtomicLocalDatastore, LocalDatastore):
+    def known_id(self, image_id: str) -> str:
+        """The id itself, or the image a DICOMweb viewer names by its series UID (`dicomweb.local_series`)."""
+        if image_id in self._datastore.objects or not _SERIES_UID.match(str(image_id)):
+            return image_id
+        return next((i for i in list(self._datastore.objects) if local_series_uids(i)[1] == image_id), image_id)
+
+    def get_image_uri(self, image_id: str) -> str:
+        return super().get_image_uri(self.known_id(image_id))
+
+    def get_image(self, image_id: str, params=None) -> Any:
+        return super().get_image(self.known_id(image_id), params)
+
+    def get_image_info(self, image_id: str) -> Dict[str, Any]:
+        return super().get_image_info(self.known_id(image_id))
+
+    def get_label_by_image_id(self, image_id: str, tag: str) -> str:
+        return super().get_label_by_image_id(self.known_id(image_id), tag)
+
+    def get_labels_by_image_id(self, image_id: str) -> Dict[str, str]:
+        return super().get_labels_by_image_id(self.known_id(image_id))
+
+    def update_image_info(self, image_id: str, info: Dict[str, Any]) -> None:
+        return super().update_image_info(self.known_id(image_id), info)
+
     def add_image(self, image_id: str, image_filename: str, image_info: Dict[str, Any]) -> str:
         """A new image; an id already in the datastore is refused (409): replacing its pixels would leave its labels
         drawn on another image (and a new extension would drop them from the index while their files stay)."""
@@ -157,6 +185,7 @@ class CheckedLocalDatastore(AtomicLocalDatastore, LocalDatastore):
         return path
 
     def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: Dict[str, Any]) -> str:
+        image_id = self.known_id(image_id)
         if image_id not in self._datastore.objects:
             raise ImageNotFoundException(f"Image {image_id} not found")
         check_label(label_filename, self.get_image_uri(image_id))
