@@ -13,6 +13,9 @@ from rocm_zoo.names import did_you_mean
 # How a bundle runs its network, and so which task class serves it (the server package maps kind -> class):
 # "deepedit" (one forward on image + guidance channels), "vista3d" (prompt-aware window inferer),
 # "sliding_window" (automatic segmentation over the whole volume).
+# The MONAI Label app folder, relative to the current folder (a checkout's apps/rocm_zoo; `rocm-zoo serve` makes it
+# elsewhere). Here, not with the samples, so that commands that only need the folder do not import torch.
+APP_DIR = Path("apps") / "rocm_zoo"
 BUNDLE_KINDS = ("deepedit", "vista3d", "sliding_window")
 # MONAI Label infer types: what viewers read from /info to decide where they offer a task.
 TASK_TYPES = ("deepedit", "deepgrow", "vista3d", "segmentation")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import nibabel as nib
 import numpy as np
@@ -209,3 +211,105 @@ def test_a_study_still_segments(srv, tmp_path):
 
     label = sitk.ReadImage(str(tmp_path / name))
     assert label.GetSize() == nib.load(str(srv.studies / f"{IMAGE}.nii.gz")).shape[:3]
+
+
+def test_the_audit_trail_names_who_did_what(srv, sample_env, tmp_path):
+    """Issue 34's audit trail through the server: log-ins (and a failed one, with its address), a label saved, a
+    deletion refused and one done, reading the trail (admins only), a user added by `rocm-zoo users` while the server
+    writes to the same trail, and the configuration at start; the chain stays intact across both writers."""
+    from rocm_zoo.server.audit.trail import now_utc
+
+    since = now_utc()
+    wrong = requests.post(f"{srv.url}/auth/token", data={"username": "rev", "password": "not-it"}, timeout=30)
+    assert wrong.status_code == 401
+    ann, adm = srv.headers("ann"), srv.headers("adm")
+    img = nib.load(str(srv.studies / f"{IMAGE}.nii.gz"))
+    label = _label(tmp_path / "l.nii.gz", np.zeros(img.shape, np.uint8), img.affine)
+    saved = requests.put(f"{srv.url}/datastore/label", params={"image": IMAGE, "tag": "audited"},
+                         files={"label": ("l.nii.gz", label.read_bytes())}, headers=ann, timeout=60)
+    assert saved.status_code == 200, saved.text
+    gone = {"id": IMAGE, "tag": "audited"}
+    assert requests.delete(f"{srv.url}/datastore/label", params=gone, headers=ann, timeout=60).status_code == 403
+    assert requests.delete(f"{srv.url}/datastore/label", params=gone, headers=adm, timeout=60).status_code == 200
+    assert requests.get(f"{srv.url}/audit/", headers=ann, timeout=60).status_code == 403
+    added = subprocess.run([sys.executable, "-m", "rocm_zoo.cli", "users", "add", "aud", "--role", "annotator",
+                            "--password-stdin", "--users-file", str(srv.users_file), "--app", str(sample_env.app_dir)],
+                           input="audit-user-pw\n", capture_output=True, text=True, timeout=120)
+    assert added.returncode == 0, added.stderr
+
+    def read(**params):
+        r = requests.get(f"{srv.url}/audit/", params=params, headers=adm, timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    trail = read(since=since)
+    assert trail["verify"]["intact"], trail["verify"]
+    seen = [(e["event"], e["actor"]["user"], e["actor"]["role"], e["details"].get("status")) for e in trail["entries"]]
+    assert ("login.failed", "rev", None, None) in seen
+    assert ("login", "ann", "annotator", None) in seen and ("login", "adm", "admin", None) in seen
+    assert ("label.saved", "ann", "annotator", 200) in seen
+    assert ("label.deleted", "ann", "annotator", 403) in seen and ("label.deleted", "adm", "admin", 200) in seen
+    assert ("audit.read", "ann", "annotator", 403) in seen
+    assert any(event == "user.added" and user.startswith("os:") for event, user, _, _ in seen), seen
+    by_event = {e["event"]: e for e in trail["entries"]}
+    assert by_event["login.failed"]["actor"]["address"] == "127.0.0.1"
+    assert by_event["label.saved"]["details"]["image"] == IMAGE and by_event["label.saved"]["details"]["tag"] == "audited"
+    assert by_event["user.added"]["details"] == {"name": "aud", "role": "annotator"}
+    assert "python-requests" in by_event["label.saved"]["actor"]["client"]
+    # the reading above is itself in the trail (recorded after its answer), and the filters hold
+    assert any(e["event"] == "audit.read" and e["actor"]["user"] == "adm" for e in read(since=since)["entries"])
+    assert {e["actor"]["user"] for e in read(since=since, user="ann")["entries"]} == {"ann"}
+    assert all(e["details"].get("image") == IMAGE or e["details"].get("id") == IMAGE
+               for e in read(since=since, image=IMAGE)["entries"])
+    started = [e["details"] for e in read(event="server.started")["entries"]]  # every test server shares the app
+    assert any(d["auth"] == "local" and d["conf"]["models"] == ["wholeBody_ct"] and d["conf"]["max_upload_mb"] ==
+               MAX_UPLOAD_MB for d in started), started
+    verified = subprocess.run([sys.executable, "-m", "rocm_zoo.cli", "audit", "verify", "--app",
+                               str(sample_env.app_dir)], capture_output=True, text=True, timeout=120)
+    assert verified.returncode == 0 and "intact" in verified.stdout, verified.stdout + verified.stderr
+
+
+def test_a_saved_label_says_who_made_it_from_which_model(srv, tmp_path):
+    """Issue 34's provenance: the annotator's inferences on the image (how many, since when, which model and weights
+    version) and the save itself (user, role, client, time) land in the label's info, kept in the datastore's file; a
+    client cannot forge it, neither when saving nor through the info routes."""
+    ann, rev = srv.headers("ann"), srv.headers("rev")
+    image = "phantom_test1"  # no other test of the module runs a model on it
+    for _ in range(2):
+        r = requests.post(f"{srv.url}/infer/wholeBody_ct", params={"image": image, "output": "json"}, headers=ann,
+                          timeout=900)
+        assert r.status_code == 200, r.text[:300]
+    img = nib.load(str(srv.studies / f"{image}.nii.gz"))
+    label = _label(tmp_path / "l.nii.gz", np.zeros(img.shape, np.uint8), img.affine)
+    forged = {"label_info": [{"name": "spleen", "idx": 1}], "provenance": {"user": "someone-else", "inferences": 99}}
+
+    def save(headers, tag):
+        r = requests.put(f"{srv.url}/datastore/label", params={"image": image, "tag": tag}, data={"params":
+                         json.dumps(forged)}, files={"label": ("l.nii.gz", label.read_bytes())}, headers=headers,
+                         timeout=60)
+        assert r.status_code == 200, r.text
+        info = requests.get(f"{srv.url}/datastore/label/info", params={"label": image, "tag": tag}, headers=rev,
+                            timeout=60)
+        assert info.status_code == 200, info.text
+        return info.json()
+
+    info = save(ann, "prov")
+    made = info["provenance"]
+    assert made["user"] == "ann" and made["role"] == "annotator" and made["tag"] == "prov"
+    assert made["inferences"] == 2 and made["model"] == "wholeBody_ct" and made["weights"] == "shipped"
+    assert made["client"] == "3D Slicer or MONAI Label's client (Python)" and "python-requests" in made["client_agent"]
+    assert 0 <= made["seconds_since_first_inference"] < 1800 and made["first_inference"] <= made["saved"]
+    assert info["label_info"] == forged["label_info"]  # the rest of what the client sent is kept
+    # the reviewer ran nothing on this image: a save of theirs starts from no model's mask
+    by_reviewer = save(rev, "prov-rev")["provenance"]
+    assert by_reviewer["user"] == "rev" and by_reviewer["inferences"] == 0 and by_reviewer["model"] is None
+    # the info routes cannot rewrite it
+    r = requests.put(f"{srv.url}/datastore/label/info", params={"label": image, "tag": "prov"},
+                     data={"info": json.dumps({"provenance": {"user": "someone-else"}, "note": "checked"})},
+                     headers=ann, timeout=60)
+    assert r.status_code == 200, r.text
+    after = requests.get(f"{srv.url}/datastore/label/info", params={"label": image, "tag": "prov"}, headers=ann,
+                         timeout=60).json()
+    assert after["provenance"] == made and after["note"] == "checked"
+    kept = json.loads((srv.studies / "datastore_v2.json").read_text())
+    assert kept["objects"][image]["labels"]["prov"]["info"]["provenance"] == made  # kept across restarts

@@ -29,9 +29,12 @@ from rocm_zoo.engine.volume_check import VolumeBudget, check_volume, set_budget
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
 from rocm_zoo.server import auth
 from rocm_zoo.server.annotation import train_routes
+from rocm_zoo.server.annotation.provenance import WeightsVersions, WorkLog
 from rocm_zoo.server.annotation.random_strategy import RandomStrategy
 from rocm_zoo.server.annotation.trainers import Training
 from rocm_zoo.server.annotation.uncertainty import UncertaintyStrategy
+from rocm_zoo.server.audit import routes as audit_routes
+from rocm_zoo.server.audit.trail import AuditTrail, process_actor, trail_path
 from rocm_zoo.server.batch import routes as batch_routes
 from rocm_zoo.server.batch.runs import PROTECTED_TAGS, BatchRunner, InProcessEngine, save_study_label, select_images
 from rocm_zoo.server.http import access, answers, gpu_log, request_stages, routes
@@ -51,6 +54,7 @@ AUTOMATIC_AT_ONCE = 1
 class MyApp(MONAILabelApp):
     def __init__(self, app_dir, studies, conf):
         self.zoo = Zoo(app_dir, conf)
+        self.trail = AuditTrail(trail_path(app_dir)) if self.zoo.config.audit else None
         set_budget(VolumeBudget(self.zoo.config.max_volume_voxels, int(self.zoo.config.max_volume_gb * 1e9)))
         super().__init__(
             app_dir=app_dir,
@@ -67,7 +71,8 @@ class MyApp(MONAILabelApp):
     def init_trainers(self):
         # Trainings run in this process (MONAI Label's would rebuild the app in a subprocess), at the device
         # scheduler's lowest class, on the serving device unless --conf train_device says otherwise.
-        self.training = Training(self.zoo.pool, self.datastore, self.zoo.config.train_device or self.zoo.backend.device)
+        self.training = Training(self.zoo.pool, self.datastore, self.zoo.config.train_device or self.zoo.backend.device,
+                                 self.trail)
         for task in self.zoo.tasks.values():
             if task.entry.model not in self.training.trainers:
                 self.training.add(task.entry.model, Path(task.bundle_path), task.bundle_entry.weights,
@@ -124,12 +129,13 @@ class MyApp(MONAILabelApp):
                 conf.request_timeout_s,
                 running={Priority.INTERACTIVE: INTERACTIVE_AT_ONCE, Priority.AUTOMATIC: AUTOMATIC_AT_ONCE},
                 waiting={Priority.INTERACTIVE: conf.max_queued_clicks, Priority.AUTOMATIC: conf.max_queued_requests})
-            routes.install(web, self.request_service, self._task_type, self.zoo.readiness)
+            self.work_log = WorkLog(WeightsVersions(self._bundle_of))  # for each saved label's provenance
+            routes.install(web, self.request_service, self._task_type, self.zoo.readiness, self.work_log.inferred)
             dicom_proxy.install(web, self.studies, PacsTimeouts(conf.pacs_connect_timeout_s, conf.pacs_read_timeout_s),
                                 self._local_dicomweb())
             uploads.install_body_limit(web, self.zoo.config.max_upload_mb)
             auth.restrict_cors(web, self.zoo.config.cors_origins)
-            auth.install_label_route(web)
+            auth.install_label_route(web, self.work_log.stamp)
             upload_routes.install(web)  # sessions unpacked safely; dataset zips removed once sent
             # Batch inference in this process, with the warm models (MONAI Label's would start a new process), or on
             # Ray workers with `--conf batch_engine ray`.
@@ -137,14 +143,33 @@ class MyApp(MONAILabelApp):
                                             check_ids=lambda ids: access.check_ids(ids, self.datastore()))
             batch_routes.install(web, self.batch_runner, lambda: list(self._infers))
             train_routes.install(web, self.training)
+            if self.trail is not None:
+                audit_routes.install(web, self.trail)
+            else:
+                logger.warning("rocm_zoo: --conf audit false: nothing is recorded in the audit trail")
             # Log in beyond loopback (local users or Keycloak); after every route of ours exists, so roles apply.
-            self.auth_mode = auth.install(web, self.zoo.config, self.app_dir)
+            self.auth_mode = auth.install(web, self.zoo.config, self.app_dir, self.trail)
+            self._audit_start()
             gpu_log.install(web)  # GET /logs/gpu on a server without nvidia-smi
             # Last, over every route: no JSON answer names a server path (studies files by their names in the folder).
             answers.install(web, lambda: (self.studies, self.app_dir))
         if self.zoo.config.warmup:
             self.zoo.warm()
         super().on_init_complete()
+
+    def _audit_start(self) -> None:
+        if self.trail is None:
+            return
+        from dataclasses import asdict
+
+        conf = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.zoo.config).items()}
+        self.trail.record("server.started", process_actor("server"),
+                          version=__version__, auth=self.auth_mode, hosts=list(auth.bind_hosts()), conf=conf,
+                          studies="DICOMweb PACS" if self.studies.startswith(("http://", "https://")) else "folder")
+
+    def _bundle_of(self, model: str) -> tuple[Path, str] | None:
+        task = self.zoo.tasks.get(model)
+        return None if task is None else (Path(task.bundle_path), task.bundle_entry.weights)
 
     def _task_type(self, model: str) -> str:
         """The model's MONAI Label type; an unknown model is refused here, before its request waits in any queue."""

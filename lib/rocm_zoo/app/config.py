@@ -56,6 +56,7 @@ class AppConfig:
     auth: str = "auto"  # auto (on beyond loopback), on, off; Keycloak (MONAI_LABEL_AUTH_ENABLE) wins when set
     users_file: str = ""  # local users (rocm-zoo users); "" is <app>/users.json
     token_hours: float = 12.0  # lifetime of a login token
+    audit: bool = True  # the audit trail (<app>/logs/audit.jsonl); off only to measure what it costs
     cors_origins: tuple[str, ...] = ()  # browser origins (viewers served elsewhere) allowed to call the API
     allowed_hosts: tuple[str, ...] = ()  # on loopback, Host names besides localhost/127.x/::1 (a proxy's own name)
     train_device: str = ""  # where trainings run: "" the server's device (lowest priority there), or e.g. "cuda:1"
@@ -95,6 +96,7 @@ class AppConfig:
             auth=_choice(conf, "auth", AUTH_MODES, cls.auth),
             users_file=conf.get("users_file", cls.users_file),
             token_hours=_positive(conf, "token_hours", cls.token_hours),
+            audit=_bool("audit", conf.get("audit", "true")),
             cors_origins=_origins(conf.get("cors_origins", "")),
             allowed_hosts=_host_names(conf.get("allowed_hosts", "")),
             train_device=conf.get("train_device", cls.train_device),

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 
-from rocm_zoo.cli import bench_commands, sample_commands, serve_commands
+from rocm_zoo.cli import audit_commands, bench_commands, sample_commands, serve_commands
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rocm-zoo", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)
-    for commands in (sample_commands, serve_commands, bench_commands):
+    for commands in (sample_commands, serve_commands, audit_commands, bench_commands):
         commands.add_commands(sub)
     return p
 

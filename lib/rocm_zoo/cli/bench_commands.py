@@ -96,7 +96,8 @@ def _bench_ohif(args: argparse.Namespace) -> int:
 def _bench_load(args: argparse.Namespace) -> int:
     from rocm_zoo.bench.load import run_load_bench
     from rocm_zoo.bench.load_plan import LoadBenchError
-    from rocm_zoo.samples.write import APP_DIR, default_paths
+    from rocm_zoo.registry import APP_DIR
+    from rocm_zoo.samples.write import default_paths
 
     studies = Path(args.studies) if args.studies else default_paths().studies
     truth = Path(args.truth) if args.truth else studies.parent / "truth"

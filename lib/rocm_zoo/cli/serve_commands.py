@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 def _serve(args: argparse.Namespace) -> int:
     from rocm_zoo.app.app_folder import make_app_folder
-    from rocm_zoo.samples.write import APP_DIR, default_paths
+    from rocm_zoo.registry import APP_DIR
+    from rocm_zoo.samples.write import default_paths
 
     if importlib.util.find_spec("monailabel") is None:
         print("monailabel is not installed here: pip install 'rocm-zoo[server]'", file=sys.stderr)
@@ -92,11 +93,12 @@ def _users(args: argparse.Namespace) -> int:
     import getpass
 
     from rocm_zoo.errors import InvalidRequest
-    from rocm_zoo.samples.write import APP_DIR
+    from rocm_zoo.registry import APP_DIR
     from rocm_zoo.server.auth import users_path
     from rocm_zoo.server.auth.users import UserFile
 
-    path = users_path(args.users_file or "", Path(args.app or Path.cwd() / APP_DIR))
+    app_dir = Path(args.app or Path.cwd() / APP_DIR)
+    path = users_path(args.users_file or "", app_dir)
     users = UserFile(path)
     try:
         if args.action == "list":
@@ -113,6 +115,8 @@ def _users(args: argparse.Namespace) -> int:
             if not act(args.name):
                 print(f"no user '{args.name}' in {path}", file=sys.stderr)
                 return 1
+            _audit(app_dir, {"remove": "user.removed", "revoke": "user.revoked"}[args.action], "rocm-zoo users",
+                   name=args.name)
             print(done)
             return 0
         if not args.role:
@@ -125,10 +129,12 @@ def _users(args: argparse.Namespace) -> int:
             if getpass.getpass("again: ") != password:
                 print("the passwords differ", file=sys.stderr)
                 return 2
+        existed = users.get(args.name) is not None
         user = users.add(args.name, args.role, password, replace=args.replace)
     except InvalidRequest as e:
         print(str(e), file=sys.stderr)
         return 2
+    _audit(app_dir, "user.changed" if existed else "user.added", "rocm-zoo users", name=user.name, role=user.role)
     print(f"{user.name} ({user.role}) in {path}" + (" (tokens issued before stop working)" if args.replace else ""))
     return 0
 
@@ -161,11 +167,24 @@ def _models(args: argparse.Namespace) -> int:
     except RocmZooError as e:
         print(str(e), file=sys.stderr)
         return 1
+    _audit(model_dir.parent, "weights.rolled_back", "rocm-zoo models", model=args.bundle, checkpoint=entry.id,
+           rollback_of=entry.rollback_of)
     score = "not measured" if entry.score is None else f"score {entry.score:.3f}"
     print(f"{args.bundle}: now serving checkpoint {entry.rollback_of} ({score}) as {store.weights}, recorded as "
           f"checkpoint {entry.id}. A running server picks it up at its next request for this model: the pool "
           "reloads a network whose weights file changed (that request waits for the reload and compile).")
     return 0
+
+
+def _audit(app_dir: Path, event: str, command: str, **details) -> None:
+    """One entry in the app's audit trail, by this machine's account (the server may be running: the trail takes
+    writers from several processes)."""
+    from rocm_zoo.server.audit.trail import AuditTrail, process_actor, trail_path
+
+    try:
+        AuditTrail(trail_path(app_dir)).record(event, process_actor(command), **details)
+    except OSError as e:
+        print(f"warning: not recorded in the audit trail ({trail_path(app_dir)}): {e}", file=sys.stderr)
 
 
 def _checkpoint_table(store: CheckpointStore) -> str:
@@ -295,7 +314,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     a.add_argument("bundle", metavar="BUNDLE", help="bundle folder name, e.g. spleen_deepedit_annotation")
     a.add_argument("checkpoint", metavar="ID", help="the checkpoint to serve (an id from `models list`)")
     for a in actions.choices.values():
-        a.add_argument("--model-dir", help="the bundles' folder (default apps/rocm_zoo/model)")
+        a.add_argument("--model-dir", help="the bundles' folder (default apps/rocm_zoo/model; a rollback is recorded "
+                       "in the audit trail of the app folder above it)")
         a.set_defaults(func=_models)
 
 

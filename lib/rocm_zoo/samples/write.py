@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from rocm_zoo.registry import APP_DIR
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import SAMPLE_BUNDLES, deepedit, write_sample_bundle
 from rocm_zoo.samples.bundles.common import is_sample
@@ -25,9 +26,6 @@ from rocm_zoo.samples.train_sample import committed_weights
 logger = logging.getLogger(__name__)
 
 TRAINED_WEIGHTS = Path(str(importlib.resources.files("rocm_zoo.samples") / "weights" / f"{deepedit.NAME}-tiny.pt"))
-# The MONAI Label app folder, relative to the current folder (a checkout's apps/rocm_zoo; `rocm-zoo serve` makes it
-# elsewhere).
-APP_DIR = Path("apps") / "rocm_zoo"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from rocm_zoo.engine.overlay import OVERLAYS_DIR
 from rocm_zoo.engine.pool import NetworkPool
 from rocm_zoo.errors import InvalidRequest, ModelNotFound
 from rocm_zoo.registry import BUNDLES
+from rocm_zoo.server.audit.trail import AuditTrail, process_actor
 from rocm_zoo.server.annotation.final_labels import Datalist, ModelLabels, TrainedOn, final_labels, split
 from rocm_zoo.training.checkpoints import CheckpointStore, TrainingDetails
 from rocm_zoo.training.runner import OVERLAY_FILE, Outcome, TrainPlan, train_config_of
@@ -60,10 +61,11 @@ class BundleTrainer(TrainTask):
 
 
 class Training:
-    def __init__(self, pool: NetworkPool, datastore: Callable[[], Any], device: str):
+    def __init__(self, pool: NetworkPool, datastore: Callable[[], Any], device: str, trail: AuditTrail | None = None):
         self.pool = pool
         self.datastore = datastore
         self.device = device
+        self.trail = trail
         self.trainers: dict[str, BundleTrainer] = {}
         self.service = TrainingService(self._publish)
 
@@ -123,6 +125,7 @@ class Training:
         the served weights file and copy it into the warm networks in place (no recompile, no restart)."""
         bundle_dir, weights = job.plan.bundle_dir, job.plan.weights
         TrainedOn(bundle_dir).write(job.fingerprint)
+        self._audit("training.finished", model=job.model, labels=job.labels, better=bool(outcome.better))
         if not outcome.better:
             return {"published": False}
         progress = outcome.progress
@@ -136,4 +139,10 @@ class Training:
         checkpoint = accepted[0]
         logger.info("rocm_zoo: %s serves checkpoint %s (validation Dice %.4f); %d warm network(s) updated in place",
                     job.model, checkpoint.id, progress.best_dice, swapped)
+        self._audit("weights.swapped", model=job.model, checkpoint=checkpoint.id, score=round(progress.best_dice, 4),
+                    warm_networks_updated=swapped)
         return {"published": True, "checkpoint": checkpoint.id, "warm_networks_updated": swapped}
+
+    def _audit(self, event: str, **details: Any) -> None:
+        if self.trail is not None:
+            self.trail.record(event, process_actor("training"), **details)

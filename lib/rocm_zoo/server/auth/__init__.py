@@ -31,11 +31,13 @@ from jwt import InvalidTokenError
 from monailabel.config import settings
 from monailabel.endpoints.user.auth import RBAC, User, get_current_user
 
+from rocm_zoo.server.audit.routes import STATE_USER
+from rocm_zoo.server.audit.trail import AuditTrail
 from rocm_zoo.server.auth import host_check, tokens
 from rocm_zoo.server.auth.binding import all_loopback, bind_host, bind_hosts, decide, is_loopback
 from rocm_zoo.server.auth.roles import ROUTE_ROLES, apply_route_roles, install_label_routes, route_table
 from rocm_zoo.server.auth.throttle import LoginThrottle, TooManyLogins
-from rocm_zoo.server.auth.users import ROLES, UserFile, monailabel_roles
+from rocm_zoo.server.auth.users import ROLES, LocalUser, UserFile, monailabel_roles
 
 __all__ = ["LocalAuth", "LoginThrottle", "ROUTE_ROLES", "TooManyLogins", "all_loopback", "bind_host", "bind_hosts",
            "decide", "install", "install_label_route", "is_loopback", "restrict_cors", "route_table", "users_path"]
@@ -73,33 +75,46 @@ def keep_private(app_dir: str | Path, files: tuple[Path, ...] = ()) -> None:
 class LocalAuth:
     """Tokens for the users of the local user file."""
 
-    def __init__(self, users: UserFile, secret: bytes, token_hours: float, throttle: LoginThrottle | None = None):
+    def __init__(self, users: UserFile, secret: bytes, token_hours: float, throttle: LoginThrottle | None = None,
+                 trail: AuditTrail | None = None):
         self.users = users
         self.secret = secret
         self.token_hours = token_hours
         self.throttle = throttle if throttle is not None else LoginThrottle()
+        self.trail = trail
 
-    def login(self, username: str, password: str, address: str = "?") -> dict:
+    def _audit(self, event: str, username: str, address: str, client: str, **details) -> None:
+        if self.trail is not None:
+            self.trail.record(event, {"user": username[:64], "role": details.pop("role", None), "address": address,
+                                      "client": client[:120]}, **details)
+
+    def login(self, username: str, password: str, address: str = "?", client: str = "") -> dict:
         username = str(username or "")[:200]
         try:
             self.throttle.admit(username, address)  # TooManyLogins (429) while this user/address pair must wait
         except TooManyLogins as e:
             logger.warning("auth: log-in as %r from %s refused for %d s after repeated failures", username[:64],
                            address, e.retry_after_s)
+            self._audit("login.throttled", username, address, client, retry_after_s=e.retry_after_s)
             raise
         user = self.users.check(username, password)
         if user is None:
-            logger.warning("auth: failed log-in as %r from %s (%d failed in a row)", username[:64], address,
-                           self.throttle.failures(username, address))
+            failures = self.throttle.failures(username, address)
+            logger.warning("auth: failed log-in as %r from %s (%d failed in a row)", username[:64], address, failures)
+            self._audit("login.failed", username, address, client, failed_in_a_row=failures)
             raise HTTPException(status_code=status.HTTP_401_UNAUTHORIZED, detail="Wrong user name or password",
                                 headers={"WWW-Authenticate": "Bearer"})
         self.throttle.succeeded(username, address)
         token = tokens.issue(self.secret, user.name, monailabel_roles(user.role), self.token_hours,
                              generation=user.generation)
         logger.info("auth: %s (%s) logged in from %s", user.name, user.role, address)
+        self._audit("login", user.name, address, client, role=user.role)
         return {"access_token": token, "token_type": "bearer"}
 
     def user_of(self, token: Optional[str]) -> User:
+        return self.local_user_of(token)[1]
+
+    def local_user_of(self, token: Optional[str]) -> tuple[LocalUser, User]:
         unauthorized = HTTPException(status_code=status.HTTP_401_UNAUTHORIZED, detail="Could not validate credentials",
                                      headers={"WWW-Authenticate": "Bearer"})
         if not token:
@@ -118,11 +133,12 @@ class LocalAuth:
                         local.name)
             raise unauthorized
         # The role is the user file's now, not the token's: a changed role counts at once.
-        return User(username=local.name, name=local.name, roles=monailabel_roles(local.role))
+        return local, User(username=local.name, name=local.name, roles=monailabel_roles(local.role))
 
 
-def install(web: FastAPI, config, app_dir: str | Path) -> str:
-    """Sets up auth for this server; returns the mode (keycloak, local, off) after logging it."""
+def install(web: FastAPI, config, app_dir: str | Path, trail: AuditTrail | None = None) -> str:
+    """Sets up auth for this server; returns the mode (keycloak, local, off) after logging it. Log-ins, failed ones
+    too, go to the audit `trail`."""
     hosts = bind_hosts()
     where = ", ".join(dict.fromkeys(hosts))
     loopback = all_loopback(hosts)
@@ -145,15 +161,17 @@ def install(web: FastAPI, config, app_dir: str | Path) -> str:
     path = users_path(config.users_file, app_dir)
     users = UserFile(path)
     secret = path.with_name(path.name + ".secret")
-    local = LocalAuth(users, tokens.load_secret(secret), config.token_hours)
+    local = LocalAuth(users, tokens.load_secret(secret), config.token_hours, trail=trail)
     keep_private(app_dir, (path, secret))
     _install_routes(web, local)
     settings.MONAI_LABEL_AUTH_ENABLE = True  # RBAC reads it at each request
 
     bearer = OAuth2PasswordBearer(tokenUrl="/auth/token", auto_error=False)
 
-    async def current_user(token: Optional[str] = Depends(bearer)) -> User:
-        return local.user_of(token)
+    async def current_user(request: Request, token: Optional[str] = Depends(bearer)) -> User:
+        user, answer = local.local_user_of(token)
+        setattr(request.state, STATE_USER, (user.name, user.role))  # who the audit trail's entry names
+        return answer
 
     web.dependency_overrides[get_current_user] = current_user
     apply_route_roles(web)
@@ -213,7 +231,8 @@ def _install_routes(web: FastAPI, local: Optional[LocalAuth]) -> None:
     if local is not None:
         @web.post("/auth/token", summary="Log in: a bearer access token for username and password", tags=["Auth"])
         def access_token(request: Request, form_data: OAuth2PasswordRequestForm = Depends()):  # scrypt: a thread
-            return local.login(form_data.username, form_data.password, request.client.host if request.client else "?")
+            return local.login(form_data.username, form_data.password, request.client.host if request.client else "?",
+                               request.headers.get("user-agent", ""))
 
         @web.get("/auth/token/valid", summary="The user of the current token", tags=["Auth"])
         async def valid_token(user: User = Depends(get_current_user)):

@@ -15,7 +15,9 @@ A route the table does not name keeps MONAI Label's check and is logged at start
 
 from __future__ import annotations
 
+import json
 import logging
+from typing import Any, Callable, Optional
 
 from fastapi import BackgroundTasks, Depends, FastAPI, File, Form, HTTPException, Request, Security, UploadFile, status
 from monailabel.config import settings
@@ -24,6 +26,9 @@ from monailabel.endpoints.user.auth import DEFAULT_USER, RBAC, User, get_current
 from monailabel.interfaces.datastore import DefaultLabelTag
 from starlette.concurrency import run_in_threadpool
 
+from rocm_zoo.errors import InvalidRequest
+from rocm_zoo.server.annotation.provenance import KEY as PROVENANCE
+from rocm_zoo.server.audit.routes import actor_of
 from rocm_zoo.server.store.upload_routes import cleanup_now
 
 logger = logging.getLogger(__name__)
@@ -59,7 +64,7 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/model/{model}"): "admin", ("GET", "/model/info/{model}"): "admin",
     ("POST", "/batch/infer/{model}"): "admin", ("DELETE", "/batch/infer"): "admin", ("POST", "/train/"): "admin", ("POST", "/train/{model}"): "admin",
     ("DELETE", "/train/"): "admin", ("DELETE", "/scoring/"): "admin", ("GET", "/logs/"): "admin",
-    ("GET", "/logs/gpu"): "admin", ("POST", "/reload"): "admin",
+    ("GET", "/logs/gpu"): "admin", ("POST", "/reload"): "admin", ("GET", "/audit/"): "admin",
     # writing to the PACS with the server's credentials (STOW-RS through the proxy)
     ("POST", "/proxy/dicom/stow/{path:path}"): "admin",
 }
@@ -177,18 +182,31 @@ def _final_needs_reviewer(tag: str | None, user: User, what: str) -> None:
                             detail=f"{what} a 'final' label needs the reviewer role; use another tag")
 
 
-def install_label_routes(web: FastAPI) -> None:
+def _info_of(text: str, what: str) -> dict[str, Any]:
+    try:
+        info = json.loads(text) if text else {}
+    except ValueError as e:
+        raise InvalidRequest(f"'{what}' must be JSON ({e})") from e
+    if not isinstance(info, dict):
+        raise InvalidRequest(f"'{what}' must be a JSON object, not {type(info).__name__}")
+    return info
+
+
+def install_label_routes(web: FastAPI, stamp: Optional[Callable[[dict, str, str, dict], dict]] = None) -> None:
     """`PUT /datastore/label` and the label-info routes as MONAI Label's, except that a `final` label (the default
-    tag when saving) needs the reviewer role, and the work runs in a worker thread, not on the event loop."""
+    tag when saving) needs the reviewer role, the work runs in a worker thread, not on the event loop, and a saved
+    label's info gets its provenance: `stamp(actor, image, tag, info)` (the info routes cannot change it)."""
     names = role_names()
     before = len(web.router.routes)
 
     @web.put("/datastore/label", summary="Save a label (tag final, the default, needs the reviewer role)",
              tags=["Datastore"])
-    async def api_save_label(background_tasks: BackgroundTasks, image: str, params: str = Form("{}"),
-                             tag: str = FINAL, label: UploadFile = File(...),
+    async def api_save_label(request: Request, background_tasks: BackgroundTasks, image: str,
+                             params: str = Form("{}"), tag: str = FINAL, label: UploadFile = File(...),
                              user: User = Depends(RBAC(names["annotator"]))):
         _final_needs_reviewer(tag, user, "Saving")
+        if stamp is not None:
+            params = json.dumps(stamp(actor_of(request.scope), image, tag or FINAL, _info_of(params, "params")))
         try:
             return await run_in_threadpool(ml_datastore.save_label, background_tasks, image, params, tag, label,
                                            user.username)
@@ -201,13 +219,18 @@ def install_label_routes(web: FastAPI) -> None:
     async def api_put_label_info(label: str, tag: str, info: str = Form("{}"),
                                  user: User = Depends(RBAC(names["annotator"]))):
         _final_needs_reviewer(tag, user, "Changing the info of")
-        return await run_in_threadpool(ml_datastore.update_label_info, label, tag, info, user.username)
+        return await run_in_threadpool(ml_datastore.update_label_info, label, tag, _without_provenance(info, "info"),
+                                       user.username)
 
     @web.put("/datastore/updatelabelinfo", include_in_schema=False, deprecated=True)
     async def api_update_label_info(label: str, tag: str, params: str = Form("{}"),
                                     user: User = Depends(RBAC(names["annotator"]))):
         _final_needs_reviewer(tag, user, "Changing the info of")
-        return await run_in_threadpool(ml_datastore.update_label_info, label, tag, params, user.username)
+        return await run_in_threadpool(ml_datastore.update_label_info, label, tag,
+                                       _without_provenance(params, "params"), user.username)
+
+    def _without_provenance(text: str, what: str) -> str:
+        return json.dumps({k: v for k, v in _info_of(text, what).items() if k != PROVENANCE})
 
     ours = web.router.routes[before:]
     del web.router.routes[before:]

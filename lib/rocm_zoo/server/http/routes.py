@@ -31,6 +31,7 @@ from monailabel.endpoints.user.auth import RBAC, User
 
 from rocm_zoo.engine.scheduler import Priority
 from rocm_zoo.errors import DeadlineExceeded, InvalidRequest, QueueFull
+from rocm_zoo.server.audit.routes import actor_of
 from rocm_zoo.server.http.request_queue import ClientGone, RequestService
 from rocm_zoo.server.store.upload_routes import cleanup_now
 
@@ -61,11 +62,13 @@ INTERACTIVE_TYPES = ("deepedit", "deepgrow", "vista3d")
 
 
 def install(web: FastAPI, service: RequestService, task_type: Callable[[str], str],
-            readiness: Callable[[], tuple[bool, dict[str, Any]]]) -> None:
+            readiness: Callable[[], tuple[bool, dict[str, Any]]],
+            on_inferred: Optional[Callable[[dict[str, Any], str, str], None]] = None) -> None:
+    """`on_inferred(actor, image, model)` after each answered inference (a label's provenance)."""
     switch_off(web.router)
     web.openapi_schema = None  # the schema is built again from the routes as served (one made earlier is stale)
     run_blocking_handlers_in_threads(web)
-    _put_first(web, lambda: _install_infer(web, service, task_type))
+    _put_first(web, lambda: _install_infer(web, service, task_type, on_inferred))
     _put_first(web, lambda: _install_health(web, readiness))
 
 
@@ -190,7 +193,8 @@ def client_of(request: Request, params: dict, session_id: str) -> str:
     return request.client.host if request.client else "unknown"
 
 
-def _install_infer(web: FastAPI, service: RequestService, task_type: Callable[[str], str]) -> None:
+def _install_infer(web: FastAPI, service: RequestService, task_type: Callable[[str], str],
+                   on_inferred: Optional[Callable[[dict[str, Any], str, str], None]]) -> None:
     """`task_type(model)` raises ModelNotFound for a model the server does not serve: refused at once, not queued."""
     @web.post("/infer/{model}", tags=["Infer"], summary="Run inference (queued by class, round robin between clients)")
     async def api_run_inference(
@@ -215,8 +219,11 @@ def _install_infer(web: FastAPI, service: RequestService, task_type: Callable[[s
                 task.func(*task.args, **task.kwargs)
 
         try:
-            return await service.run(request, work, run_inference, background_tasks, model, image, session_id,
-                                     params, file, label, output, on_abandon=remove_files)
+            answer = await service.run(request, work, run_inference, background_tasks, model, image, session_id,
+                                       params, file, label, output, on_abandon=remove_files)
+            if on_inferred is not None:
+                on_inferred(actor_of(request.scope), image, model)
+            return answer
         except (DeadlineExceeded, ClientGone):
             raise  # the work may still be running: on_abandon removes its files when it ends
         except BaseException:
