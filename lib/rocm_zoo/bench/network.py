@@ -126,9 +126,14 @@ def _row(variant: Variant, prepared: Prepared, net, device: str, runs: int, warm
 
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats(device)
-    times, first = time_call(call, device, runs, warmup)
-    graphs = compiled_graphs()
-    labels = w.to_labels(call())
+    # As the building thread: the first call at each shape compiles and later ones run compiled. Any other thread runs
+    # a network eager until its warm-up built it at that shape (engine.compile_switch), which here nothing does.
+    with net.switch.building():
+        times, first = time_call(call, device, runs, warmup)
+        graphs = compiled_graphs()
+        labels = w.to_labels(call())
+    if net.compiled and net.compile_state() != "compiled":
+        raise RuntimeError(f"{variant.name} was timed eager although it compiles: {net.compile_state()}")
     row = {"variant": variant.name, "workload": w.name, "input_shape": list(prepared.batch.shape), **net.info(),
            "first_call_s": round(first, 2), **summarise(times, (50, 90, 99), unit="ms", digits=3),
            "times_ms": [round(t, 3) for t in times],
