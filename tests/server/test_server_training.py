@@ -27,6 +27,7 @@ from rocm_zoo.engine.masks import central_voxel, dice
 from rocm_zoo.samples import phantom
 from rocm_zoo.samples.bundles import write_sample_bundle
 from rocm_zoo.samples.deepedit_weights import train_deepedit
+from rocm_zoo.server.audit.trail import AuditTrail, trail_path
 from zoo_test_support import monailabel_server
 
 pytestmark = pytest.mark.slow
@@ -145,6 +146,16 @@ def test_labels_train_the_served_model_in_place(site, capsys):
     r = requests.post(f"{url}/train/", timeout=30)  # nothing changed since: nothing to train
     assert r.status_code == 422 and "did not change" in r.text, r.text
 
+    # the audit trail (issue 34): the request, the refused second one, the end, the swap
+    trail = {e["event"]: e for e in AuditTrail(trail_path(model_dir.parent)).entries(event="training")}
+    assert trail["training.finished"]["details"]["better"] is True
+    assert sorted(trail["training.finished"]["details"]["labels"]) == sorted(LABELLED)
+    started = [e["details"] for e in AuditTrail(trail_path(model_dir.parent)).entries(event="training.started")]
+    assert {(d.get("model"), d["status"]) for d in started} >= {(MODEL, 200), (MODEL, 429), (None, 422)}, started
+    swapped = list(AuditTrail(trail_path(model_dir.parent)).entries(event="weights.swapped"))
+    assert swapped[-1]["details"]["checkpoint"] == record["result"]["checkpoint"]
+    assert AuditTrail(trail_path(model_dir.parent)).verify().intact
+
 
 def test_a_stopped_training_leaves_the_served_weights(site):
     url, model_dir, truths = site
@@ -160,3 +171,5 @@ def test_a_stopped_training_leaves_the_served_weights(site):
     record = wait_done(url, timeout_s=300)
     assert record["status"] == "STOPPED" and not record["result"]["published"], record
     assert served.read_bytes() == before
+    stops = list(AuditTrail(trail_path(model_dir.parent)).entries(event="training.stopped"))
+    assert stops and stops[-1]["details"]["status"] == 200
