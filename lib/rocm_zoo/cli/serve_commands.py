@@ -181,6 +181,10 @@ def _audit(app_dir: Path, event: str, command: str, **details) -> None:
     writers from several processes)."""
     from rocm_zoo.server.audit.trail import AuditTrail, process_actor, trail_path
 
+    if not app_dir.is_dir():
+        print(f"warning: not recorded in an audit trail: no app folder {app_dir} (name the server's with --app)",
+              file=sys.stderr)
+        return
     try:
         AuditTrail(trail_path(app_dir)).record(event, process_actor(command), **details)
     except OSError as e:

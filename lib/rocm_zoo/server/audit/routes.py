@@ -47,7 +47,7 @@ AUDITED: dict[tuple[str, str], str] = {
     ("POST", "/reload"): "app.reloaded",
     ("GET", "/audit/"): "audit.read",
 }
-DETAIL_KEYS = ("image", "id", "label", "tag", "model", "images", "run_sync")
+DETAIL_KEYS = ("image", "id", "label", "tag", "model", "images")
 
 
 def actor_of(scope: dict[str, Any]) -> dict[str, Any]:

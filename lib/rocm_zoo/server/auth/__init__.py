@@ -15,6 +15,8 @@
 - Failed log-ins are logged and slowed (`throttle`: 429 with Retry-After); a password change, `rocm-zoo users
   revoke` or removal ends the user's tokens (`users`: token generations).
 - The user file, its secret and the server's logs are readable by the server's account only.
+- Log-ins, failed and throttled ones too, go to the audit trail (`server.audit`), and each checked token leaves its
+  user and role in the request's state for the trail's entry of that request.
 """
 
 from __future__ import annotations

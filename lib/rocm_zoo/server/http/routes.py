@@ -28,6 +28,7 @@ from fastapi.routing import APIRoute
 from monailabel.config import settings
 from monailabel.endpoints.infer import ResultType, run_inference
 from monailabel.endpoints.user.auth import RBAC, User
+from starlette.concurrency import run_in_threadpool
 
 from rocm_zoo.engine.scheduler import Priority
 from rocm_zoo.errors import DeadlineExceeded, InvalidRequest, QueueFull
@@ -221,8 +222,8 @@ def _install_infer(web: FastAPI, service: RequestService, task_type: Callable[[s
         try:
             answer = await service.run(request, work, run_inference, background_tasks, model, image, session_id,
                                        params, file, label, output, on_abandon=remove_files)
-            if on_inferred is not None:
-                on_inferred(actor_of(request.scope), image, model)
+            if on_inferred is not None:  # off the event loop: it may read the model's checkpoint index
+                await run_in_threadpool(on_inferred, actor_of(request.scope), image, model)
             return answer
         except (DeadlineExceeded, ClientGone):
             raise  # the work may still be running: on_abandon removes its files when it ends
