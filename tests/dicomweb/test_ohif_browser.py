@@ -57,8 +57,9 @@ def _browser(server_url: str):
         unavailable(str(e))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def page(pacs_server):
+    # Closed after its test: Playwright's sync API cannot start a second browser (the folder test's) while one runs.
     with _browser(pacs_server.url) as page:
         yield page
 
