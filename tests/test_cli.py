@@ -60,6 +60,7 @@ def test_models_lists_checkpoints_and_rolls_back(tmp_path, capsys):
     from torch import nn
 
     from rocm_zoo.cli import main
+    from rocm_zoo.server.audit.trail import AuditTrail, trail_path
     from rocm_zoo.training import CheckpointStore, TrainingDetails
 
     bundle = tmp_path / "model" / "spleen_deepedit_annotation"
@@ -82,6 +83,10 @@ def test_models_lists_checkpoints_and_rolls_back(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "now serving checkpoint 1 (score 0.812)" in out and "picks it up at its next request" in out
     assert store.served().rollback_of == "1"
+    rolled = list(AuditTrail(trail_path(tmp_path)).entries(event="weights.rolled_back"))
+    assert [e["details"] for e in rolled] == [{"model": "spleen_deepedit_annotation", "checkpoint": "3",
+                                               "rollback_of": "1"}]
+    assert rolled[0]["actor"]["user"].startswith("os:")
 
     assert main(["models", "rollback", "spleen_deepedit_annotation", "7", *model_dir]) == 1
     assert "has no checkpoint '7'; kept: shipped, 1, 2, 3" in capsys.readouterr().err
