@@ -130,3 +130,25 @@ def test_cli_verify_and_show(tmp_path):
     assert future.returncode == 0 and future.stdout == ""
     missing = _cli("verify", "--file", str(tmp_path / "none.jsonl"))
     assert missing.returncode == 2 and "no audit trail" in missing.stderr
+
+
+def test_verify_during_appends_sees_no_lost_entries(tmp_path):
+    """A reader checking the chain while another thread appends (the server records a request after answering it,
+    while an admin reads /audit/): each check sees whole appends, never a line without its head record."""
+    trail = AuditTrail(tmp_path / "logs" / "audit.jsonl")
+    trail.record("server.started", process_actor("server"))
+    done = threading.Event()
+
+    def append():
+        for i in range(300):
+            trail.record("label.saved", {"user": "ann", "role": "annotator", "address": "127.0.0.1"}, image=f"i{i}")
+        done.set()
+
+    writer = threading.Thread(target=append)
+    writer.start()
+    checks = []
+    while not done.is_set():
+        checks.append(AuditTrail(trail.path).verify())  # another handle, as another process would read it
+    writer.join()
+    assert checks and all(v.intact for v in checks), [v.problems for v in checks if not v.intact][:3]
+    assert trail.verify().entries == 301

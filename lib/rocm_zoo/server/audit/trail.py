@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import json
 import logging
 import os
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 from rocm_zoo.engine.atomic_files import atomic_write_text
 
@@ -149,24 +151,27 @@ class AuditTrail:
             yield entry
 
     def verify(self) -> Verdict:
+        """The chain and the head file as of one moment: read under a shared lock, so an append in progress (its
+        line written, the head file not yet) is not taken for lost entries."""
         verdict, prev = Verdict(), GENESIS
-        for number, entry in self._lines():
-            if not isinstance(entry, dict):
-                verdict.problems.append(f"line {number} is not a JSON entry")
-                continue
-            seq = entry.get("seq")
-            if seq != verdict.entries + 1:
-                verdict.problems.append(f"line {number}: entry #{seq} where #{verdict.entries + 1} was expected "
-                                        "(an entry was removed, inserted or moved)")
-            if entry.get("prev") != prev:
-                verdict.problems.append(f"line {number} (entry #{seq}): does not follow the entry before it")
-            if entry_hash(entry) != entry.get("hash"):
-                verdict.problems.append(f"line {number} (entry #{seq}): its content does not match its hash "
-                                        "(edited)")
-            prev = str(entry.get("hash"))
-            verdict.entries += 1
-            verdict.last_hash = prev
-        head = self._read_head()
+        with self._read_locked() as log:
+            head = self._read_head()
+            for number, entry in _parsed(log):
+                if not isinstance(entry, dict):
+                    verdict.problems.append(f"line {number} is not a JSON entry")
+                    continue
+                seq = entry.get("seq")
+                if seq != verdict.entries + 1:
+                    verdict.problems.append(f"line {number}: entry #{seq} where #{verdict.entries + 1} was expected "
+                                            "(an entry was removed, inserted or moved)")
+                if entry.get("prev") != prev:
+                    verdict.problems.append(f"line {number} (entry #{seq}): does not follow the entry before it")
+                if entry_hash(entry) != entry.get("hash"):
+                    verdict.problems.append(f"line {number} (entry #{seq}): its content does not match its hash "
+                                            "(edited)")
+                prev = str(entry.get("hash"))
+                verdict.entries += 1
+                verdict.last_hash = prev
         if head is None:
             if verdict.entries:
                 verdict.problems.append(f"the head file {self.head.name} is missing or unreadable: the end of the log "
@@ -177,18 +182,33 @@ class AuditTrail:
         return verdict
 
     def _lines(self) -> Iterator[tuple[int, Any]]:
+        with self._read_locked() as log:
+            yield from _parsed(log)
+
+    @contextmanager
+    def _read_locked(self) -> Iterator[IO[bytes]]:
+        """The log (empty when there is none yet) under a shared lock: no append is half done while it is held."""
         try:
             log = open(self.path, "rb")
         except FileNotFoundError:
+            yield io.BytesIO()
             return
         with log:
-            for number, raw in enumerate(log, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    yield number, json.loads(raw)
-                except ValueError:
-                    yield number, None
+            fcntl.flock(log, fcntl.LOCK_SH)
+            try:
+                yield log
+            finally:
+                fcntl.flock(log, fcntl.LOCK_UN)
+
+
+def _parsed(log: IO[bytes]) -> Iterator[tuple[int, Any]]:
+    for number, raw in enumerate(log, start=1):
+        if not raw.strip():
+            continue
+        try:
+            yield number, json.loads(raw)
+        except ValueError:
+            yield number, None
 
 
 def _images_of(details: dict[str, Any]) -> set[str]:
