@@ -157,7 +157,7 @@ class CheckpointStore:
         raw = json.loads(index.read_text())
         checkpoints = [Checkpoint.from_dict(c) for c in raw.get("checkpoints", [])]
         served_id, serving = raw.get("served"), raw.get("serving")
-        stat = _stat(self.weights)
+        stat = file_stat(self.weights)
         if serving is None and stat == raw.get("weights_stat"):
             return served_id, checkpoints
         digest = _sha256(self.weights) if self.weights.is_file() else None
@@ -173,7 +173,7 @@ class CheckpointStore:
 
     def _write_index(self, served_id: str | None, checkpoints: list[Checkpoint], serving: str | None = None) -> None:
         raw = {"weights": str(self.weights.relative_to(self.bundle_dir)), "served": served_id, "serving": serving,
-               "weights_stat": _stat(self.weights), "checkpoints": [asdict(c) for c in checkpoints]}
+               "weights_stat": file_stat(self.weights), "checkpoints": [asdict(c) for c in checkpoints]}
         atomic_write_text(self.folder / INDEX, json.dumps(raw, indent=2) + "\n")
 
     @contextmanager
@@ -192,7 +192,8 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _stat(path: Path) -> list[int] | None:
+def file_stat(path: Path) -> list[int] | None:
+    """[size, mtime_ns] of a file, None where there is none: enough to tell that it changed without reading it."""
     try:
         st = path.stat()
     except FileNotFoundError:

@@ -1,7 +1,7 @@
 """Where a saved label came from: who saved it, with what client, when, after how much work, starting from which
 model's mask at which weights version. Kept in the label's info (`GET /datastore/label/info` → `provenance`).
 
-The server remembers, per person and image, the inferences they ran (first and last time, how many, and the model
+The server remembers, per person and image, the inferences they ran (the first one's time, how many, and the model
 and checkpoint of the last one); a save by that person of that image takes them into its provenance. A client
 cannot write `provenance` itself: whatever it sends under that key is replaced.
 """
@@ -25,7 +25,6 @@ MAX_REMEMBERED = 20_000  # (person, image) pairs; the least recently used forgot
 class Work:
     first: float  # time.time() of the first inference
     first_utc: str
-    last: float
     inferences: int
     model: str
     weights: str
@@ -62,11 +61,11 @@ class WeightsVersions:
         found = self.bundles(model)
         if found is None:
             return "unknown"
-        from rocm_zoo.training.checkpoints import INDEX, CheckpointStore  # here: the label routes need no torch
+        from rocm_zoo.training.checkpoints import INDEX, CheckpointStore, file_stat  # here: label routes need no torch
 
         bundle_dir, weights = found
         store = CheckpointStore(bundle_dir, weights)
-        stamp = (_stat(store.weights), _stat(store.folder / INDEX))
+        stamp = (file_stat(store.weights), file_stat(store.folder / INDEX))
         known = self._known.get(model)
         if known is not None and known[0] == stamp:
             return known[1]
@@ -91,8 +90,8 @@ class WorkLog:
         with self._lock:
             work = self._work.pop(key, None)
             if work is None:
-                work = Work(now, now_utc(), now, 0, model, weights)
-            work.last, work.inferences, work.model, work.weights = now, work.inferences + 1, model, weights
+                work = Work(now, now_utc(), 0, model, weights)
+            work.inferences, work.model, work.weights = work.inferences + 1, model, weights
             self._work[key] = work
             while len(self._work) > MAX_REMEMBERED:
                 self._work.popitem(last=False)
@@ -112,10 +111,3 @@ class WorkLog:
                               seconds_since_first_inference=round(time.time() - work.first, 1))
         return {**{k: v for k, v in info.items() if k != KEY}, KEY: provenance}
 
-
-def _stat(path: Path):
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return None
-    return st.st_size, st.st_mtime_ns
